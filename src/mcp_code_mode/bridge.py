@@ -1,0 +1,136 @@
+"""The bridge: how a tool call leaves the sandbox, and what comes back.
+
+Wire format (both directions): one JSON object per line.
+
+worker → host::
+
+    {"op": "ready"}                                              the worker is warm
+    {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}
+    {"op": "output", "data": "..."}                              printed text, in order
+    {"op": "done", "success": true, "returnValue": ..., "error": null, "truncated": false}
+
+host → worker::
+
+    {"op": "prepare", "stubs": "<python source>", "version": 3}  compile stubs while waiting
+    {"op": "run", "code": "...", ...}                             see ``runners.process``
+    {"op": "result", "id": 7, "value": ...}                       or ``"error": {"message": ...}``
+
+The host side (``ToolDispatcher``) makes the real call through the ``ToolPool``, so the sandbox never
+holds a session or a credential; it counts calls, enforces the per-run limit and converts results.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+
+from .downstream.pool import ToolPool
+from .errors import DownstreamError
+from .stubs.index import StubIndex
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""A bridge line longer than this ends the run: the script is flooding the bridge."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), default=repr).encode() + b"\n"
+
+
+def content_to_value(block: types.ContentBlock) -> Any:
+    """One content block as a plain value: text (parsed when JSON), or a dict for images, audio, resources."""
+    if isinstance(block, types.TextContent):
+        return parse_text(block.text)
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return {"type": block.type, "data": block.data, "mimeType": block.mime_type}
+    return block.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def parse_text(text: str) -> Any:
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") or stripped in ("true", "false", "null"):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            return text
+    return text
+
+
+def result_to_value(result: types.CallToolResult) -> Any:
+    """The value a stub returns: structured content, else the content (one block unwrapped)."""
+    if result.structured_content is not None:
+        return result.structured_content
+    values = [content_to_value(block) for block in result.content]
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    if all(isinstance(v, str) for v in values):
+        return "\n".join(values)
+    return values
+
+
+def error_text(result: types.CallToolResult) -> str:
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    return "\n".join(texts).strip() or "the tool reported an error without a message"
+
+
+@dataclass
+class ToolCallRecord:
+    server: str
+    tool: str
+    ok: bool
+    ms: float
+    schema_hash: str | None
+
+
+@dataclass
+class ToolDispatcher:
+    """Host side of the bridge for one run: resolves names, calls the pool, counts and limits."""
+
+    pool: ToolPool
+    index: StubIndex
+    max_calls: int
+    calls: list[ToolCallRecord] = field(default_factory=list)
+
+    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+        """Answer one ``call`` message: ``{"value": ...}`` or ``{"error": {"message", "server", "tool"}}``."""
+        spec = self.index.tool(server, tool)
+        real_server, real_tool = (spec.server, spec.name) if spec else (server, tool)
+        where = {"server": real_server, "tool": real_tool}
+        if len(self.calls) >= self.max_calls:
+            return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
+        if not isinstance(arguments, dict):
+            return {"error": {"message": "arguments must be an object (a dict)", **where}}
+        if spec is None:
+            return {"error": {"message": self._unknown(server, tool), **where}}
+        started = time.perf_counter()
+        ok = False
+        try:
+            result = await self.pool.call_tool(real_server, real_tool, arguments)
+            if result.is_error:
+                return {"error": {"message": error_text(result), **where}}
+            ok = True
+            return {"value": result_to_value(result)}
+        except DownstreamError as exc:
+            return {"error": {"message": str(exc), **where}}
+        finally:
+            self.calls.append(
+                ToolCallRecord(
+                    real_server, real_tool, ok, (time.perf_counter() - started) * 1000, spec.info.schema_hash
+                )
+            )
+
+    def _unknown(self, server: str, tool: str) -> str:
+        spec = self.index.server(server)
+        if spec is None:
+            known = ", ".join(s.name for s in self.index.servers) or "none"
+            return f"unknown server {server!r} (configured: {known})"
+        entry = self.pool.servers.get(spec.name)
+        if entry is not None and entry.state != "ready" and not spec.tools:
+            return f"server {spec.name!r} is not available: {entry.error or entry.state}"
+        names = ", ".join(t.name for t in spec.tools) or "none"
+        return f"server {spec.name!r} has no tool {tool!r} (its tools: {names})"

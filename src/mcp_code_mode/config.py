@@ -1,0 +1,324 @@
+"""Configuration: ``mcp_servers.json`` (the downstream servers) and settings (``CODE_MODE_*``).
+
+The servers file accepts the ``servers`` key (VS Code) and the ``mcpServers`` key (Claude Desktop).
+An entry is stdio (``command``, ``args``, ``env``, ``cwd``) or streamable HTTP (``url``,
+``headers``); either may set ``disabled``, ``timeout`` (seconds) and ``description``.
+
+String values may use ``${VAR}`` and ``${VAR:-default}``; variables come from the process
+environment, then from ``.env``; ``${CONFIG_DIR}`` is the directory of the servers file. Expansion happens when a server starts, so an unset variable makes
+that one server fail to start (with a message naming it) while the others serve.
+
+Settings come from ``CODE_MODE_*`` variables in the environment or ``.env``; ``.env.example`` lists
+every one with its default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+ENV_PREFIX = "CODE_MODE_"
+DEFAULT_CONFIG_NAME = "mcp_servers.json"
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_TRANSPORT_ALIASES = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamablehttp": "http",
+}
+
+
+class ServerConfig(BaseModel):
+    """One downstream MCP server, as written in the servers file (before ``${VAR}`` expansion)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+
+    name: str
+    """The entry's key in the file; the server's namespace in scripts is made from it."""
+    transport: Literal["stdio", "http"]
+    """``stdio`` (a child process) or ``http`` (streamable HTTP)."""
+    command: str | None = None
+    """Executable to start (stdio)."""
+    args: list[str] = Field(default_factory=list)
+    """Arguments for ``command`` (stdio)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the child, added to a small allow-list of the host's variables (stdio)."""
+    cwd: str | None = None
+    """Working directory of the child; relative paths are relative to the servers file (stdio)."""
+    url: str | None = None
+    """Endpoint of a streamable HTTP server (http)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent with every request, e.g. ``Authorization`` (http)."""
+    disabled: bool = False
+    """A disabled server is listed but not started."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds allowed for start-up and for each tool call; the ``tool_timeout`` setting when unset."""
+    description: str | None = None
+    """One line shown to the model in ``execute_code``'s description."""
+    base_dir: Path = Path(".")
+    """Directory of the servers file; relative ``cwd`` values are resolved against it."""
+
+
+class Settings(BaseModel):
+    """Server-wide settings, read from ``CODE_MODE_<NAME>`` variables (environment first, then ``.env``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    config: Path | None = None
+    """Path of the servers file; ``--config`` overrides it. Default: ./mcp_servers.json."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    """Log level of the server (logs go to stderr)."""
+    default_timeout_ms: int = Field(default=30_000, gt=0)
+    """Timeout of a run when ``execute_code`` gives none, in milliseconds."""
+    max_timeout_ms: int = Field(default=300_000, gt=0)
+    """Largest timeout a caller may ask for, in milliseconds."""
+    max_output_chars: int = Field(default=100_000, gt=0)
+    """Characters of printed output kept per run; the rest is dropped and ``truncated`` is set."""
+    max_tool_calls: int = Field(default=10_000, gt=0)
+    """Tool calls allowed in one run; the next one raises ``ToolError``."""
+    pool_size: int = Field(default=2, ge=0)
+    """Warm worker processes kept waiting per runner."""
+    tool_timeout: float = Field(default=60.0, gt=0)
+    """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
+    workspace_dir: Path | None = None
+    """Where per-run workspace directories are made. Default: the system's temporary directory."""
+    python_runner: Literal["local"] = "local"
+    """Runner used for Python when ``execute_code`` names none."""
+
+    @field_validator("config", "workspace_dir", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, source: str = "environment") -> Settings:
+        """Build settings from ``CODE_MODE_*`` entries of ``env``; unknown ``CODE_MODE_*`` names are errors."""
+        values: dict[str, str] = {}
+        known = set(cls.model_fields)
+        unknown: list[str] = []
+        for key, value in env.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in known:
+                values[name] = value
+            elif name not in _NON_SETTINGS:
+                unknown.append(key)
+        if unknown:
+            raise ConfigError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}; see .env.example")
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            lines: list[str] = []
+            for err in exc.errors():
+                name = str(err["loc"][0]) if err["loc"] else "?"
+                lines.append(f"{source}: {ENV_PREFIX}{name.upper()}: {err['msg']} (got {values.get(name)!r})")
+            raise ConfigError("\n".join(lines)) from None
+
+
+# CODE_MODE_* variables that are read elsewhere, not settings of the server itself.
+_NON_SETTINGS = {"env_file"}
+
+
+def load_environment(cwd: Path | None = None) -> dict[str, str]:
+    """The variables for settings and ``${VAR}`` expansion: ``.env`` values overlaid by the real environment.
+
+    ``.env`` is ``$CODE_MODE_ENV_FILE`` when set, else ``./.env`` when it exists.
+    """
+    env_file = os.environ.get(f"{ENV_PREFIX}ENV_FILE")
+    path = Path(env_file) if env_file else (cwd or Path.cwd()) / ".env"
+    values: dict[str, str] = {}
+    if path.is_file():
+        values = {k: v for k, v in dotenv_values(path).items() if v is not None}
+    elif env_file:
+        raise ConfigError(f"{ENV_PREFIX}ENV_FILE: {env_file} does not exist")
+    return values | dict(os.environ)
+
+
+def expand(value: str, env: Mapping[str, str], *, where: str) -> str:
+    """Replace ``${VAR}`` and ``${VAR:-default}`` in ``value``; ``where`` names the field in errors."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env and (env[name] != "" or default is None):
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set (write ${{{name}:-default}} for a default)")
+
+    return _VAR.sub(substitute, value)
+
+
+class ResolvedServer(BaseModel):
+    """A server entry with every ``${VAR}`` expanded and paths made absolute: ready to start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    transport: Literal["stdio", "http"]
+    command: str | None
+    args: list[str]
+    env: dict[str, str]
+    cwd: Path | None
+    url: str | None
+    headers: dict[str, str]
+    timeout: float
+
+
+def resolve_server(server: ServerConfig, env: Mapping[str, str], default_timeout: float) -> ResolvedServer:
+    """Expand variables in one entry. Raises ``ConfigError`` naming the entry and field of an unset variable."""
+    prefix = f"server {server.name!r}"
+    variables = {"CONFIG_DIR": str(server.base_dir), **env}
+
+    def x(value: str, field: str) -> str:
+        return expand(value, variables, where=f"{prefix}, field {field!r}")
+
+    cwd: Path | None = None
+    if server.transport == "stdio":
+        cwd = Path(x(server.cwd, "cwd")) if server.cwd else server.base_dir
+        if not cwd.is_absolute():
+            cwd = (server.base_dir / cwd).resolve()
+    return ResolvedServer(
+        name=server.name,
+        transport=server.transport,
+        command=x(server.command, "command") if server.command else None,
+        args=[x(a, f"args[{i}]") for i, a in enumerate(server.args)],
+        env={k: x(v, f"env.{k}") for k, v in server.env.items()},
+        cwd=cwd,
+        url=x(server.url, "url") if server.url else None,
+        headers={k: x(v, f"headers.{k}") for k, v in server.headers.items()},
+        timeout=server.timeout or default_timeout,
+    )
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _parse_entry(name: str, raw: object, base_dir: Path) -> tuple[ServerConfig | None, list[str]]:
+    where = f"server {name!r}"
+    if not isinstance(raw, dict):
+        return None, [f"{where}: must be an object, got {type(raw).__name__}"]
+    entry: dict[str, Any] = dict(raw)  # pyright: ignore[reportUnknownArgumentType]
+    declared = entry.pop("type", None)
+    if declared is None:
+        declared = entry.pop("transport", None)
+    else:
+        entry.pop("transport", None)
+    if declared is not None:
+        if not isinstance(declared, str) or declared.lower() not in _TRANSPORT_ALIASES:
+            return None, [
+                f"{where}, field 'type': unknown transport {declared!r} "
+                "(expected 'stdio' or 'http'; SSE servers are not supported, use streamable HTTP)"
+            ]
+        transport = _TRANSPORT_ALIASES[declared.lower()]
+    elif "command" in entry:
+        transport = "stdio"
+    elif "url" in entry:
+        transport = "http"
+    else:
+        return None, [f"{where}: missing field 'command' (a stdio server) or 'url' (a streamable HTTP server)"]
+    if transport == "stdio" and "command" not in entry:
+        return None, [f"{where}, field 'command': missing (required for a stdio server)"]
+    if transport == "http" and "url" not in entry:
+        return None, [f"{where}, field 'url': missing (required for an HTTP server)"]
+    for field in ("command", "url"):
+        if isinstance(entry.get(field), str) and not entry[field].strip():
+            return None, [f"{where}, field {field!r}: must not be empty"]
+    try:
+        config = ServerConfig.model_validate({**entry, "name": name, "transport": transport, "base_dir": base_dir})
+    except ValidationError as exc:
+        return None, [
+            f"{where}, field {_field_path(err['loc'])!r}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()
+        ]
+    return config, []
+
+
+def parse_servers(text: str, *, source: str, base_dir: Path) -> dict[str, ServerConfig]:
+    """Parse the servers file's text. Raises one ``ConfigError`` listing every problem, each named."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be an object with a 'servers' or 'mcpServers' key")
+    present = [key for key in ("servers", "mcpServers") if key in data]
+    if not present:
+        raise ConfigError(f"{source}: no 'servers' or 'mcpServers' key at the top level")
+    if len(present) == 2:
+        raise ConfigError(f"{source}: has both 'servers' and 'mcpServers'; use one")
+    entries = data[present[0]]
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{source}: {present[0]!r} must be an object mapping names to servers")
+    servers: dict[str, ServerConfig] = {}
+    problems: list[str] = []
+    for name, raw in entries.items():  # pyright: ignore[reportUnknownVariableType]
+        if not str(name).strip():
+            problems.append("a server has an empty name")
+            continue
+        config, errors = _parse_entry(str(name), raw, base_dir)
+        problems.extend(errors)
+        if config is not None:
+            servers[config.name] = config
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
+    return servers
+
+
+def load_servers(path: Path) -> dict[str, ServerConfig]:
+    """Read and parse a servers file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (give --config or set {ENV_PREFIX}CONFIG)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    return parse_servers(text, source=str(path), base_dir=path.resolve().parent)
+
+
+class CodeModeConfig(BaseModel):
+    """Everything the engine needs to start: the servers, the settings and the variables for expansion."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    path: Path | None
+    servers: dict[str, ServerConfig]
+    settings: Settings
+    env: dict[str, str]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> CodeModeConfig:
+        """Load settings and the servers file; ``path`` overrides ``CODE_MODE_CONFIG``."""
+        variables = dict(env) if env is not None else load_environment()
+        settings = Settings.from_env(variables)
+        chosen = Path(path) if path is not None else settings.config or Path(DEFAULT_CONFIG_NAME)
+        return cls(path=chosen, servers=load_servers(chosen), settings=settings, env=variables)
+
+    @classmethod
+    def from_servers(
+        cls,
+        servers: Mapping[str, Mapping[str, Any]],
+        *,
+        settings: Settings | None = None,
+        env: Mapping[str, str] | None = None,
+        base_dir: Path | None = None,
+    ) -> CodeModeConfig:
+        """Build a config in code (tests, library users) from the same shape as the file's ``servers``."""
+        text = json.dumps({"servers": servers})
+        parsed = parse_servers(text, source="<servers>", base_dir=base_dir or Path.cwd())
+        return cls(path=None, servers=parsed, settings=settings or Settings(), env=dict(env or os.environ))

@@ -1,0 +1,367 @@
+"""``ToolPool``: one MCP client session per configured server, its tool index, calls and restarts.
+
+Each server's connection lives in its own task inside the pool's task group, so that the SDK's
+context managers are entered and left in one task. Servers start concurrently; one that fails is
+reported and the others serve. A server that dies is restarted on the next call to it, and the call
+in flight fails with ``ServerUnavailable`` naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from ..config import ConfigError, ResolvedServer, ServerConfig, resolve_server
+from ..errors import DownstreamError, ServerUnavailable
+from .env import child_environment
+
+logger = logging.getLogger(__name__)
+
+ServerState = Literal["starting", "ready", "failed", "crashed", "disabled", "stopped"]
+
+# A server that failed to start is tried again on a call at most this often (seconds).
+RETRY_FAILED_AFTER = 10.0
+_STDERR_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One downstream tool as listed by its server."""
+
+    server: str
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    title: str | None = None
+
+    @property
+    def schema_hash(self) -> str:
+        """A short hash of the tool's name and schemas: it changes when the tool's contract changes."""
+        blob = json.dumps([self.name, self.input_schema, self.output_schema], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_mcp(cls, server: str, tool: types.Tool) -> ToolInfo:
+        return cls(
+            server=server,
+            name=tool.name,
+            description=(tool.description or "").strip(),
+            input_schema=dict(tool.input_schema or {}),
+            output_schema=dict(tool.output_schema) if tool.output_schema else None,
+            title=tool.title,
+        )
+
+
+@dataclass
+class DownstreamServer:
+    """A configured server and what is known about it right now."""
+
+    config: ServerConfig
+    state: ServerState = "starting"
+    error: str | None = None
+    tools: list[ToolInfo] = field(default_factory=list)
+    client: Client | None = None
+    started_at: float | None = None
+    failed_at: float | None = None
+    restarts: int = 0
+    calls: int = 0
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    stopped: anyio.Event = field(default_factory=anyio.Event)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able summary for discovery tools and the CLI."""
+        return {
+            "name": self.name,
+            "state": self.state,
+            "transport": self.config.transport,
+            "tools": len(self.tools),
+            "error": self.error,
+            "restarts": self.restarts,
+            "description": self.config.description,
+        }
+
+
+def _leaf_exceptions(exc: BaseException) -> Iterable[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:  # pyright: ignore[reportUnknownVariableType]
+            yield from _leaf_exceptions(inner)  # pyright: ignore[reportUnknownArgumentType]
+    else:
+        yield exc
+
+
+def _describe_start_failure(exc: BaseException, resolved: ResolvedServer | None, stderr: str) -> str:
+    leaves = list(_leaf_exceptions(exc))
+    leaf = next((e for e in leaves if not isinstance(e, anyio.get_cancelled_exc_class())), leaves[0])
+    if isinstance(leaf, ConfigError):
+        return str(leaf)
+    if isinstance(leaf, FileNotFoundError) and resolved is not None and resolved.command:
+        message = f"cannot start {resolved.command!r}: command not found"
+    elif isinstance(leaf, MCPError) and leaf.error.code == types.CONNECTION_CLOSED:
+        message = "the server exited during start-up"
+    else:
+        message = f"{type(leaf).__name__}: {leaf}"
+    tail = stderr.strip()[-_STDERR_TAIL:]
+    return f"{message}; its stderr ended with: {tail}" if tail else message
+
+
+def _is_connection_closed(exc: BaseException) -> bool:
+    return any(
+        isinstance(e, MCPError)
+        and e.error.code == types.CONNECTION_CLOSED
+        or isinstance(e, anyio.ClosedResourceError | anyio.BrokenResourceError | ConnectionError)
+        for e in _leaf_exceptions(exc)
+    )
+
+
+class ToolPool:
+    """The downstream servers: started together, called by name, restarted when they die.
+
+    Use as an async context manager; leaving it stops every server and its child processes.
+    """
+
+    def __init__(
+        self,
+        servers: dict[str, ServerConfig],
+        env: dict[str, str],
+        *,
+        default_timeout: float = 60.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._servers = {name: DownstreamServer(config) for name, config in servers.items()}
+        self._env = env
+        self._default_timeout = default_timeout
+        self._on_change = on_change
+        self._tg: TaskGroup | None = None
+        self._exit_stack: AsyncExitStack | None = None
+        self._restart_lock = anyio.Lock()
+        self.version = 0
+        """Increases whenever any server's tool list changes."""
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ToolPool:
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.push_async_callback(self._stop_all)
+            for server in self._servers.values():
+                if server.config.disabled:
+                    server.state = "disabled"
+                    server.ready.set()
+                    continue
+                self._tg.start_soon(self._connection, server)
+            for server in self._servers.values():
+                await server.ready.wait()
+            for server in self._servers.values():
+                if server.state == "failed":
+                    logger.warning("downstream server %r failed to start: %s", server.name, server.error)
+                elif server.state == "ready":
+                    logger.info("downstream server %r ready with %d tools", server.name, len(server.tools))
+            self._exit_stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._exit_stack is not None:
+            stack, self._exit_stack = self._exit_stack, None
+            await stack.aclose()
+
+    async def _stop_all(self) -> None:
+        for server in self._servers.values():
+            server.stop.set()
+        with anyio.move_on_after(15):
+            for server in self._servers.values():
+                if server.state not in ("disabled",) and server.started_at is not None:
+                    await server.stopped.wait()
+
+    # ----- connections -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _open(self, server: DownstreamServer, resolved: ResolvedServer, errlog: IO[str]) -> AsyncIterator[Client]:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification) and self._tg is not None:
+                self._tg.start_soon(self._refresh_tools, server)
+
+        target: Any
+        if resolved.transport == "stdio":
+            assert resolved.command is not None
+            target = StdioServerParameters(
+                command=resolved.command,
+                args=resolved.args,
+                env=child_environment(resolved.env),
+                cwd=resolved.cwd,
+            )
+            from mcp.client.stdio import stdio_client
+
+            transport: Any = stdio_client(target, errlog=errlog)
+        else:
+            assert resolved.url is not None
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            http = create_mcp_http_client(headers=resolved.headers or None)
+            transport = streamable_http_client(resolved.url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message, cache=None) as client:
+            yield client
+
+    async def _connection(self, server: DownstreamServer) -> None:
+        """Run one server's session until ``server.stop`` is set or the connection breaks."""
+        server.state = "starting"
+        server.started_at = time.monotonic()
+        resolved: ResolvedServer | None = None
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+            start_scope = anyio.CancelScope()
+            try:
+                resolved = resolve_server(server.config, self._env, self._default_timeout)
+                start_scope.deadline = anyio.current_time() + resolved.timeout
+                with start_scope:
+                    async with self._open(server, resolved, errlog) as client:
+                        tools = await self._list_tools(client, server.name)
+                        start_scope.deadline = math.inf
+                        server.client, server.tools, server.state, server.error = client, tools, "ready", None
+                        self._changed()
+                        server.ready.set()
+                        await server.stop.wait()
+                if start_scope.cancelled_caught and server.state == "starting":
+                    raise TimeoutError(f"did not answer within {resolved.timeout:g} s of starting")
+            except Exception as exc:  # the boundary of one server's task: report it, keep the others serving
+                errlog.seek(0)
+                stderr = errlog.read()
+                if server.state == "ready":
+                    server.state = "crashed"
+                    server.error = f"the connection broke: {exc}"
+                else:
+                    server.state = "failed"
+                    server.error = (
+                        f"did not answer within {resolved.timeout:g} s of starting"
+                        if isinstance(exc, TimeoutError) and resolved is not None
+                        else _describe_start_failure(exc, resolved, stderr)
+                    )
+                    server.failed_at = time.monotonic()
+                logger.debug("server %r connection ended", server.name, exc_info=True)
+            finally:
+                if server.state == "ready":
+                    server.state = "stopped" if server.stop.is_set() else "crashed"
+                server.client = None
+                server.ready.set()
+                server.stopped.set()
+
+    async def _list_tools(self, client: Client, server: str) -> list[ToolInfo]:
+        tools: list[ToolInfo] = []
+        cursor: str | None = None
+        for _ in range(1000):
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            tools.extend(ToolInfo.from_mcp(server, t) for t in page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def _refresh_tools(self, server: DownstreamServer) -> None:
+        client = server.client
+        if client is None:
+            return
+        try:
+            with anyio.fail_after(self.timeout_of(server)):
+                tools = await self._list_tools(client, server.name)
+        except (MCPError, TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            logger.warning("refreshing the tools of %r failed: %s", server.name, exc)
+            return
+        server.tools = tools
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._on_change is not None:
+            self._on_change()
+
+    def timeout_of(self, server: DownstreamServer) -> float:
+        return server.config.timeout or self._default_timeout
+
+    async def _restart(self, server: DownstreamServer) -> None:
+        async with self._restart_lock:
+            if server.state == "ready" and server.client is not None:
+                return
+            if server.started_at is not None and not server.stopped.is_set():
+                server.stop.set()
+                await server.stopped.wait()
+            server.stop, server.stopped, server.ready = anyio.Event(), anyio.Event(), anyio.Event()
+            server.restarts += 1
+            assert self._tg is not None
+            self._tg.start_soon(self._connection, server)
+            await server.ready.wait()
+            logger.info("restarted downstream server %r: %s", server.name, server.state)
+
+    # ----- public API ------------------------------------------------------------------------
+
+    @property
+    def servers(self) -> dict[str, DownstreamServer]:
+        return self._servers
+
+    def tools(self) -> list[ToolInfo]:
+        """Every tool of every ready server, in config order then the server's order."""
+        return [tool for server in self._servers.values() for tool in server.tools]
+
+    def find(self, server: str, tool: str) -> ToolInfo | None:
+        entry = self._servers.get(server)
+        return next((t for t in entry.tools if t.name == tool), None) if entry else None
+
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
+        """Call one tool. A tool's own failure is a result with ``is_error``; other failures raise.
+
+        Raises:
+            DownstreamError: unknown server, a timeout, or an error from the server's protocol layer.
+            ServerUnavailable: the server is disabled, could not be started, or died during the call.
+        """
+        entry = self._servers.get(server)
+        if entry is None:
+            known = ", ".join(sorted(self._servers)) or "none"
+            raise DownstreamError(server, f"no such server (configured: {known})")
+        if entry.state == "disabled":
+            raise ServerUnavailable(server, "the server is disabled in the config")
+        if entry.state != "ready" or entry.client is None:
+            recently_failed = (
+                entry.state == "failed"
+                and entry.failed_at is not None
+                and time.monotonic() - entry.failed_at < RETRY_FAILED_AFTER
+            )
+            if not recently_failed:
+                await self._restart(entry)
+            if entry.state != "ready" or entry.client is None:
+                raise ServerUnavailable(server, f"not available: {entry.error or entry.state}")
+        client = entry.client
+        timeout = self.timeout_of(entry)
+        entry.calls += 1
+        try:
+            with anyio.fail_after(timeout):
+                return await client.call_tool(tool, arguments or {})
+        except TimeoutError:
+            raise DownstreamError(server, f"tool {tool!r} did not answer within {timeout:g} s") from None
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError) as exc:
+            if _is_connection_closed(exc):
+                entry.state = "crashed"
+                entry.error = f"the server's connection closed during a call to {tool!r}"
+                entry.stop.set()
+                raise ServerUnavailable(
+                    server, f"the server died during the call to {tool!r}; it will be restarted on the next call"
+                ) from None
+            message = exc.error.message if isinstance(exc, MCPError) else str(exc)
+            raise DownstreamError(server, f"{tool!r} failed: {message}") from None

@@ -1,0 +1,49 @@
+"""Exceptions raised by mcp-code-mode.
+
+Every error the package raises on purpose derives from one base class::
+
+    CodeModeError
+    ├── ConfigError            a bad mcp_servers.json or setting; names the file, the entry and the field
+    ├── DownstreamError        a downstream MCP server could not be started or reached
+    │   └── ServerUnavailable  the server is disabled, failed to start, or died mid-call
+    ├── UnsupportedError       a language, runner or feature this build does not offer (yet)
+    └── RunnerError            a runner could not start or talk to its worker process
+
+A failing *script* is not an exception: it is a ``RunResult`` with ``success=False``. A failing
+downstream *tool* is a result too (``is_error``); inside the sandbox it surfaces as ``ToolError``.
+"""
+
+from __future__ import annotations
+
+
+class CodeModeError(Exception):
+    """Base class of every error raised on purpose by mcp-code-mode."""
+
+
+class ConfigError(CodeModeError):
+    """The configuration file or a setting is invalid.
+
+    ``str(error)`` is a complete, user-facing message: it names the file, the server entry and the
+    field, so the CLI prints it as is, without a traceback.
+    """
+
+
+class DownstreamError(CodeModeError):
+    """A downstream MCP server could not be started or reached."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(f"server {server!r}: {message}")
+        self.server = server
+        self.reason = message
+
+
+class ServerUnavailable(DownstreamError):
+    """The server is disabled, failed to start, or its process died."""
+
+
+class UnsupportedError(CodeModeError):
+    """A language, runner or feature that this build does not offer."""
+
+
+class RunnerError(CodeModeError):
+    """A runner could not start its worker process or lost the connection to it."""

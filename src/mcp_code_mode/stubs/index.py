@@ -1,0 +1,163 @@
+"""The naming layer between downstream tools and stubs: namespaces, function names, parameters.
+
+Built once per tool-index version and shared by the Python and TypeScript renderers, the bridge
+(which maps a stub call back to a server and tool) and ``validate_code``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..downstream.pool import ToolInfo
+from .names import MEMBER_RESERVED, SERVER_RESERVED, assign_identifiers
+
+NO_DEFAULT: Any = object()
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One top-level property of a tool's input schema."""
+
+    name: str
+    """The property's name in the schema (what is sent)."""
+    ident: str
+    """The keyword argument's name in stubs."""
+    schema: Mapping[str, Any]
+    required: bool
+    description: str
+    default: Any = NO_DEFAULT
+
+    @property
+    def has_scalar_default(self) -> bool:
+        return self.default is not NO_DEFAULT and isinstance(self.default, _SCALARS)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as it appears in the sandbox."""
+
+    info: ToolInfo
+    namespace: str
+    func: str
+    params: tuple[Param, ...]
+
+    @property
+    def server(self) -> str:
+        return self.info.server
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def qualified(self) -> str:
+        """``namespace.func``: how a script spells it."""
+        return f"{self.namespace}.{self.func}"
+
+    @property
+    def required(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.required)
+
+    @property
+    def optional(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.required)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    namespace: str
+    description: str | None
+    tools: tuple[ToolSpec, ...]
+
+
+@dataclass(frozen=True)
+class StubIndex:
+    """Every server's namespace and every tool's function, with lookups both ways."""
+
+    servers: tuple[ServerSpec, ...]
+    _by_namespace: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
+    _by_name: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, servers: Sequence[tuple[str, str | None]], tools: Iterable[ToolInfo]) -> StubIndex:
+        """``servers`` is ``(name, description)`` in config order; ``tools`` are the ready servers' tools."""
+        by_server: dict[str, list[ToolInfo]] = {name: [] for name, _ in servers}
+        for tool in tools:
+            by_server.setdefault(tool.server, []).append(tool)
+        namespaces = assign_identifiers(by_server, SERVER_RESERVED)
+        descriptions = dict(servers)
+        specs: list[ServerSpec] = []
+        for server, infos in by_server.items():
+            funcs = assign_identifiers((t.name for t in infos), MEMBER_RESERVED)
+            tool_specs = tuple(
+                ToolSpec(info=t, namespace=namespaces[server], func=funcs[t.name], params=tuple(params_of(t)))
+                for t in infos
+            )
+            specs.append(ServerSpec(server, namespaces[server], descriptions.get(server), tool_specs))
+        index = cls(servers=tuple(specs))
+        index._by_namespace.update({s.namespace: s for s in specs})
+        index._by_name.update({s.name: s for s in specs})
+        return index
+
+    def server(self, name_or_namespace: str) -> ServerSpec | None:
+        return self._by_name.get(name_or_namespace) or self._by_namespace.get(name_or_namespace)
+
+    def tools(self) -> list[ToolSpec]:
+        return [t for s in self.servers for t in s.tools]
+
+    def tool(self, server: str, name: str) -> ToolSpec | None:
+        """Look a tool up by server name or namespace, and by tool name or function name."""
+        spec = self.server(server)
+        if spec is None:
+            return None
+        return next((t for t in spec.tools if t.name == name), None) or next(
+            (t for t in spec.tools if t.func == name), None
+        )
+
+
+def params_of(tool: ToolInfo) -> list[Param]:
+    """The tool's top-level parameters, required ones first (in schema order), then optional ones."""
+    schema = tool.input_schema
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return []
+    required = {r for r in schema.get("required", []) if isinstance(r, str)}
+    idents = assign_identifiers(props, MEMBER_RESERVED)
+    params: list[Param] = []
+    for name, sub in props.items():
+        sub_schema: Mapping[str, Any] = sub if isinstance(sub, dict) else {}
+        params.append(
+            Param(
+                name=name,
+                ident=idents[name],
+                schema=sub_schema,
+                required=name in required,
+                description=str(sub_schema.get("description") or "").strip(),
+                default=sub_schema.get("default", NO_DEFAULT),
+            )
+        )
+    return [p for p in params if p.required] + [p for p in params if not p.required]
+
+
+def resolve_ref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Follow a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``); anything else is returned unchanged."""
+    seen: set[str] = set()
+    while isinstance(ref := schema.get("$ref"), str) and ref.startswith("#/") and ref not in seen:
+        seen.add(ref)
+        node: Any = root
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return {}
+        schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def ref_name(schema: Mapping[str, Any]) -> str | None:
+    ref = schema.get("$ref")
+    return ref.rsplit("/", 1)[-1] if isinstance(ref, str) and ref.startswith("#/") else None

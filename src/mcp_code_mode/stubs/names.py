@@ -1,0 +1,72 @@
+"""Turning server, tool and parameter names into identifiers, with deterministic collision handling."""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from collections.abc import Iterable
+
+# Names the sandbox defines itself; a server or tool may not shadow them.
+SANDBOX_RESERVED = frozenset({"call_tool", "ToolError", "final_answer", "print", "open", "servers", "tools"})
+# JavaScript reserved words and globals a namespace must not shadow.
+JS_RESERVED = frozenset(
+    """break case catch class const continue debugger default delete do else enum export extends false finally
+    for function if import in instanceof new null return super switch this throw true try typeof var void while
+    with yield let static implements interface package private protected public await async arguments eval
+    undefined NaN Infinity console callTool ToolError Deno globalThis Object Array String Number Boolean JSON Math
+    Date Promise Error Map Set Symbol require module exports process""".split()
+)
+# A server's namespace is a top-level name in Python and JavaScript alike.
+SERVER_RESERVED = (
+    frozenset(keyword.kwlist)
+    | frozenset(keyword.softkwlist)
+    | frozenset(dir(builtins))
+    | SANDBOX_RESERVED
+    | JS_RESERVED
+)
+# Tools and parameters are attributes and keyword arguments: only hard keywords are off limits.
+MEMBER_RESERVED = frozenset(keyword.kwlist)
+
+
+def identifier(name: str) -> str:
+    """``name`` as a Python/JS identifier: other characters become ``_``, a leading digit gets ``_``."""
+    ident = re.sub(r"\W", "_", name.strip(), flags=re.ASCII)
+    ident = re.sub(r"_+", "_", ident) if ident.strip("_") else ident
+    if not ident:
+        ident = "_"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    return ident
+
+
+def safe_identifier(name: str, reserved: frozenset[str]) -> str:
+    """Like ``identifier``, with a trailing ``_`` when the result is in ``reserved``."""
+    ident = identifier(name)
+    return ident + "_" if ident in reserved else ident
+
+
+def assign_identifiers(names: Iterable[str], reserved: frozenset[str]) -> dict[str, str]:
+    """Map each original name to a unique identifier.
+
+    Collisions are resolved deterministically: names are taken in sorted order, the first keeps
+    the plain identifier and later ones get ``_2``, ``_3`` … whatever order they arrived in.
+    """
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for name in sorted(set(names)):
+        base = safe_identifier(name, reserved)
+        candidate, n = base, 2
+        while candidate in taken:
+            candidate = f"{base}_{n}"
+            n += 1
+        taken.add(candidate)
+        out[name] = candidate
+    return out
+
+
+def pascal(name: str) -> str:
+    """``read_text_file`` → ``ReadTextFile``; used for generated type names."""
+    parts = [p for p in re.split(r"[^0-9A-Za-z]+", name) if p]
+    out = "".join(p[:1].upper() + p[1:] for p in parts) or "T"
+    return "_" + out if out[0].isdigit() else out

@@ -1,0 +1,247 @@
+"""JSON Schema → Python stubs: one class per server, one static method per tool.
+
+The text this module renders is the code that defines the stubs inside the sandbox (the worker
+executes it), so what ``get_tool_stubs`` shows a model is exactly what its script calls.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .index import NO_DEFAULT, ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
+from .names import pascal
+
+HEADER = '''\
+"""Tool stubs of mcp-code-mode. In the sandbox they are already defined: call them, do not import them.
+
+call_tool(server, tool, arguments) calls any tool by its original names; a failing tool raises ToolError.
+A result is the tool's structured content where it has one, else its text (parsed when it is JSON).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+'''
+
+_PRIMITIVES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
+_MAX_DEPTH = 6
+
+
+def _doc_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
+
+
+@dataclass
+class _Types:
+    """Renders schema types, collecting the TypedDicts they need (named after the tool and path)."""
+
+    root: Mapping[str, Any]
+    prefix: str
+    taken: set[str]
+    defs: list[str] = field(default_factory=list)
+    _ref_names: dict[str, str] = field(default_factory=dict)
+
+    def render(self, schema: Mapping[str, Any], hint: str, depth: int = 0) -> str:
+        if depth > _MAX_DEPTH or not isinstance(schema, Mapping):
+            return "Any"
+        named = ref_name(schema)
+        if named is not None and named in self._ref_names:
+            return self._ref_names[named]
+        schema = resolve_ref(schema, self.root)
+        if "const" in schema:
+            return f"Literal[{_literal(schema['const'])}]" if _is_literal(schema["const"]) else "Any"
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum and all(_is_literal(v) for v in enum):
+            return f"Literal[{', '.join(_literal(v) for v in enum)}]"
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options:
+                return _union(self.render(o, hint, depth + 1) for o in options)
+        all_of = schema.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1:
+            return self.render(all_of[0], hint, depth + 1)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            return _union(self.render({**schema, "type": k}, hint, depth + 1) for k in kind)
+        if kind is None and "properties" in schema:
+            kind = "object"
+        if kind in _PRIMITIVES:
+            return _PRIMITIVES[kind]
+        if kind == "array":
+            items = schema.get("items")
+            inner = self.render(items, _singular(hint), depth + 1) if isinstance(items, Mapping) else "Any"
+            return f"list[{inner}]"
+        if kind == "object":
+            props = schema.get("properties")
+            if isinstance(props, Mapping) and props:
+                name = self._typed_dict(schema, named or hint, depth)
+                if named is not None:
+                    self._ref_names[named] = name
+                return name
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, Mapping) and extra:
+                return f"dict[str, {self.render(extra, hint, depth + 1)}]"
+            return "dict[str, Any]"
+        return "Any"
+
+    def _typed_dict(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
+        base = pascal(hint) if hint[:1].isupper() else self.prefix + pascal(hint)
+        name, n = base, 2
+        while name in self.taken:
+            name, n = f"{base}{n}", n + 1
+        self.taken.add(name)
+        props: Mapping[str, Any] = schema["properties"]
+        required = set(schema.get("required") or [])
+        fields: list[tuple[str, str, str]] = []
+        for key, sub in props.items():
+            sub_schema = sub if isinstance(sub, Mapping) else {}
+            annotation = self.render(sub_schema, f"{hint}_{key}", depth + 1)
+            if key not in required:
+                annotation = f"NotRequired[{annotation}]"
+            fields.append((key, annotation, str(sub_schema.get("description") or "").strip()))
+        described = str(schema.get("description") or "").strip()
+        if all(k.isidentifier() and not keyword.iskeyword(k) for k, _, _ in fields):
+            lines = [f"class {name}(TypedDict):"]
+            if described:
+                lines.append(_indent(f'"""{_doc_escape(described)}"""', "    "))
+            for key, annotation, doc in fields:
+                lines.append(f"    {key}: {annotation}")
+                if doc:
+                    lines.append(_indent(f'"""{_doc_escape(doc)}"""', "    "))
+            if not fields:
+                lines.append("    pass")
+            text = "\n".join(lines)
+        else:
+            body = ", ".join(f"{json.dumps(k)}: {a}" for k, a, _ in fields)
+            text = f"{name} = TypedDict({name!r}, {{{body}}})"
+        self.defs.append(text)
+        return name
+
+
+def _is_literal(value: object) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
+
+
+def _literal(value: object) -> str:
+    return repr(value)
+
+
+def _union(parts: Iterable[str]) -> str:
+    seen: list[str] = []
+    for part in parts:
+        for piece in part.split(" | ") if "[" not in part else [part]:
+            if piece not in seen:
+                seen.append(piece)
+    if "Any" in seen:
+        return "Any"
+    if "None" in seen:
+        seen = [p for p in seen if p != "None"] + ["None"]
+    return " | ".join(seen) or "Any"
+
+
+def _singular(hint: str) -> str:
+    if hint.endswith("ies"):
+        return hint[:-3] + "y"
+    if hint.endswith("s") and not hint.endswith("ss"):
+        return hint[:-1]
+    return hint + "_item"
+
+
+@dataclass(frozen=True)
+class RenderedTool:
+    """A tool's stub: the TypedDicts it needs and its method, indented for its server class."""
+
+    spec: ToolSpec
+    types: tuple[str, ...]
+    method: str
+    signature: str
+    return_type: str
+
+    @property
+    def summary(self) -> str:
+        """``namespace.func(signature) -> return``: one line for discovery results."""
+        return f"{self.spec.qualified}({self.signature}) -> {self.return_type}"
+
+
+def render_tool(spec: ToolSpec, taken: set[str] | None = None) -> RenderedTool:
+    """Render one tool's method and the types it uses; ``taken`` holds type names already used."""
+    taken = taken if taken is not None else set()
+    types = _Types(root=spec.info.input_schema, prefix=pascal(spec.func), taken=taken)
+    parts = [f"{p.ident}: {types.render(p.schema, p.name)}" for p in spec.required]
+    if spec.optional:
+        parts.append("*")
+    for p in spec.optional:
+        annotation = types.render(p.schema, p.name)
+        if p.has_scalar_default:
+            parts.append(f"{p.ident}: {annotation} = {p.default!r}")
+        else:
+            parts.append(f"{p.ident}: {_union([annotation, 'None'])} = None")
+    signature = ", ".join(parts)
+
+    return_type = "Any"
+    out = spec.info.output_schema
+    if out:
+        out_types = _Types(root=out, prefix="", taken=taken)
+        return_type = out_types.render(out, pascal(spec.func) + "Result")
+        types.defs.extend(out_types.defs)
+
+    docstring = _doc_escape(_docstring(spec))
+    required_map = ", ".join(f"{json.dumps(p.name)}: {p.ident}" for p in spec.required)
+    optional_map = ", ".join(f"{json.dumps(p.name)}: {p.ident}" for p in spec.optional)
+    call = f"return _call({json.dumps(spec.server)}, {json.dumps(spec.name)}, {{{required_map}}}, {{{optional_map}}})"
+    method = "\n".join(
+        [
+            "    @staticmethod",
+            f"    def {spec.func}({signature}) -> {return_type}:",
+            _indent(f'"""{docstring}\n"""', "        "),
+            f"        {call}",
+        ]
+    )
+    return RenderedTool(spec=spec, types=tuple(types.defs), method=method, signature=signature, return_type=return_type)
+
+
+def _docstring(spec: ToolSpec) -> str:
+    parts = [spec.info.description or f"Call {spec.server}'s tool {spec.name!r}."]
+    if spec.func != spec.name or spec.namespace != spec.server:
+        parts.append(f"(Server {spec.server!r}, tool {spec.name!r}.)")
+    if spec.params:
+        lines = ["Args:"]
+        for p in spec.params:
+            line = f"    {p.ident}: {p.description or ('required' if p.required else 'optional')}"
+            if p.name != p.ident:
+                line += f" (sent as {p.name!r})"
+            if p.default is not NO_DEFAULT and not p.has_scalar_default:
+                line += f" Default: {json.dumps(p.default)}."
+            lines.append(line)
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def render_server(server: ServerSpec, tools: Iterable[ToolSpec] | None = None, taken: set[str] | None = None) -> str:
+    """The class of one server with the given tools (all of them by default), preceded by their types."""
+    taken = taken if taken is not None else set()
+    rendered = [render_tool(t, taken) for t in (server.tools if tools is None else tools)]
+    summary = server.description or f"Tools of the MCP server {server.name!r}."
+    head = [f"class {server.namespace}:", _indent(f'"""{_doc_escape(summary)} ({len(server.tools)} tools)"""', "    ")]
+    body = "\n\n".join(r.method for r in rendered) if rendered else "    pass"
+    types = [d for r in rendered for d in r.types]
+    return "\n\n\n".join([*types, "\n".join(head) + "\n\n" + body])
+
+
+def render_module(index: StubIndex, selection: Mapping[str, Iterable[ToolSpec]] | None = None) -> str:
+    """The full stub module, or only ``selection`` (server name → tools) of it."""
+    taken: set[str] = {s.namespace for s in index.servers}
+    blocks = [HEADER]
+    for server in index.servers:
+        if selection is not None and server.name not in selection:
+            continue
+        tools = None if selection is None else selection[server.name]
+        blocks.append(render_server(server, tools, taken))
+    return "\n\n".join(blocks).rstrip() + "\n"
