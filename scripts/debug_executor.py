@@ -41,7 +41,8 @@ for name in names:
 
 summary = {{"files": len(names), "sum_of_values": total}}
 try:
-    memory.create_entities(entities=[{{"name": "debug-run", "entityType": "report", "observations": [json.dumps(summary)]}}])
+    report = {{"name": "debug-run", "entityType": "report", "observations": [json.dumps(summary)]}}
+    memory.create_entities(entities=[report])
 except ToolError:
     memory.add_observations(observations=[{{"entityName": "debug-run", "contents": [json.dumps(summary)]}}])
 print(f"aggregated {{len(names)}} files")

@@ -2,11 +2,13 @@
 
 The servers file accepts the ``servers`` key (VS Code) and the ``mcpServers`` key (Claude Desktop).
 An entry is stdio (``command``, ``args``, ``env``, ``cwd``) or streamable HTTP (``url``,
-``headers``); either may set ``disabled``, ``timeout`` (seconds) and ``description``.
+``headers``); either may set ``disabled``, ``timeout`` (seconds, for start-up and each call),
+``startupTimeout`` (seconds, start-up only) and ``description``.
 
 String values may use ``${VAR}`` and ``${VAR:-default}``; variables come from the process
-environment, then from ``.env``; ``${CONFIG_DIR}`` is the directory of the servers file. Expansion happens when a server starts, so an unset variable makes
-that one server fail to start (with a message naming it) while the others serve.
+environment, then from ``.env``; ``${CONFIG_DIR}`` is the directory of the servers file. Expansion
+happens when a server starts, so an unset variable makes that one server fail to start (with a
+message naming it) while the others serve.
 
 Settings come from ``CODE_MODE_*`` variables in the environment or ``.env``; ``.env.example`` lists
 every one with its default.
@@ -42,7 +44,7 @@ _TRANSPORT_ALIASES = {
 class ServerConfig(BaseModel):
     """One downstream MCP server, as written in the servers file (before ``${VAR}`` expansion)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True, populate_by_name=True)
 
     name: str
     """The entry's key in the file; the server's namespace in scripts is made from it."""
@@ -64,6 +66,8 @@ class ServerConfig(BaseModel):
     """A disabled server is listed but not started."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds allowed for start-up and for each tool call; the ``tool_timeout`` setting when unset."""
+    startup_timeout: float | None = Field(default=None, gt=0, alias="startupTimeout")
+    """Seconds allowed for start-up alone, when it needs longer (or shorter) than ``timeout``."""
     description: str | None = None
     """One line shown to the model in ``execute_code``'s description."""
     base_dir: Path = Path(".")
@@ -174,6 +178,7 @@ class ResolvedServer(BaseModel):
     url: str | None
     headers: dict[str, str]
     timeout: float
+    startup_timeout: float
 
 
 def resolve_server(server: ServerConfig, env: Mapping[str, str], default_timeout: float) -> ResolvedServer:
@@ -199,6 +204,7 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str], default_timeout
         url=x(server.url, "url") if server.url else None,
         headers={k: x(v, f"headers.{k}") for k, v in server.headers.items()},
         timeout=server.timeout or default_timeout,
+        startup_timeout=server.startup_timeout or server.timeout or default_timeout,
     )
 
 

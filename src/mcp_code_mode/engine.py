@@ -190,19 +190,21 @@ class CodeMode:
         )
         dispatcher = ToolDispatcher(self.pool, self._index, settings.max_tool_calls)
         outcome = await self.runners[runner_name].run(request, dispatcher)
-        return RunResult(
-            success=outcome.success,
-            output=outcome.output,
-            error=ErrorDetail(**outcome.error.to_json()) if outcome.error else None,
-            return_value=outcome.return_value,
-            execution_time=round(outcome.duration * 1000),
-            language=lang,
-            runner=runner_name,
-            cached=False,
-            hash=script_hash(lang, runner_name, code, packages or []),
-            tool_calls=len(dispatcher.calls),
-            truncated=outcome.truncated,
-            files=[FileEntry(path=f.path, size=f.size) for f in outcome.files],
+        return RunResult.model_validate(
+            {
+                "success": outcome.success,
+                "output": outcome.output,
+                "error": outcome.error.to_json() if outcome.error else None,
+                "returnValue": outcome.return_value,
+                "executionTime": round(outcome.duration * 1000),
+                "language": lang,
+                "runner": runner_name,
+                "cached": False,
+                "hash": script_hash(lang, runner_name, code, packages or []),
+                "toolCalls": len(dispatcher.calls),
+                "truncated": outcome.truncated,
+                "files": [{"path": f.path, "size": f.size} for f in outcome.files],
+            }
         )
 
     def status(self) -> dict[str, Any]:

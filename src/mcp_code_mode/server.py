@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -95,7 +95,8 @@ def to_call_result(result: RunResult) -> CallToolResult:
 
 
 def refused(error: CodeModeError, language: str) -> CallToolResult:
-    result = RunResult(success=False, error=ErrorDetail(type=type(error).__name__, message=str(error)), language=language)
+    detail = ErrorDetail(type=type(error).__name__, message=str(error))
+    result = RunResult(success=False, error=detail, language=language)
     return to_call_result(result)
 
 
@@ -116,7 +117,7 @@ def build_server(engine: CodeMode) -> CodeModeServer:
     """The MCP server around an engine; the engine is started and stopped with the server's lifespan."""
 
     @asynccontextmanager
-    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         async with engine:
             yield {}
 
@@ -137,7 +138,7 @@ def build_server(engine: CodeMode) -> CodeModeServer:
             list[str] | None, Field(description="Packages to install first (not supported yet: leave empty).")
         ] = None,
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
-        allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,  # noqa: N803
+        allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
         runner: Annotated[str | None, Field(description="Runner: local (default).")] = None,
     ) -> Annotated[CallToolResult, RunResult]:

@@ -159,7 +159,7 @@ def test_nested_objects_become_typed_dicts_and_refs_are_followed() -> None:
     assert rendered.return_type == "PlotResult"
     types = "\n".join(rendered.types)
     assert "class Point(TypedDict):\n    x: float\n    y: float" in types
-    assert "PlotMeta = TypedDict('PlotMeta', {\"label\": str, \"from\": NotRequired[int]})" in types
+    assert 'PlotMeta = TypedDict(\'PlotMeta\', {"label": str, "from": NotRequired[int]})' in types
     assert "class PlotResult(TypedDict):\n    count: int" in types
 
 

@@ -14,10 +14,10 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal, TextIO
 
 import anyio
 import mcp_types as types
@@ -195,7 +195,7 @@ class ToolPool:
     # ----- connections -----------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _open(self, server: DownstreamServer, resolved: ResolvedServer, errlog: IO[str]) -> AsyncIterator[Client]:
+    async def _open(self, server: DownstreamServer, resolved: ResolvedServer, errlog: TextIO) -> AsyncGenerator[Client]:
         async def on_message(message: Any) -> None:
             if isinstance(message, types.ToolListChangedNotification) and self._tg is not None:
                 self._tg.start_soon(self._refresh_tools, server)
@@ -231,7 +231,7 @@ class ToolPool:
             start_scope = anyio.CancelScope()
             try:
                 resolved = resolve_server(server.config, self._env, self._default_timeout)
-                start_scope.deadline = anyio.current_time() + resolved.timeout
+                start_scope.deadline = anyio.current_time() + resolved.startup_timeout
                 with start_scope:
                     async with self._open(server, resolved, errlog) as client:
                         tools = await self._list_tools(client, server.name)
@@ -241,7 +241,7 @@ class ToolPool:
                         server.ready.set()
                         await server.stop.wait()
                 if start_scope.cancelled_caught and server.state == "starting":
-                    raise TimeoutError(f"did not answer within {resolved.timeout:g} s of starting")
+                    raise TimeoutError(f"did not answer within {resolved.startup_timeout:g} s of starting")
             except Exception as exc:  # the boundary of one server's task: report it, keep the others serving
                 errlog.seek(0)
                 stderr = errlog.read()
@@ -251,7 +251,7 @@ class ToolPool:
                 else:
                     server.state = "failed"
                     server.error = (
-                        f"did not answer within {resolved.timeout:g} s of starting"
+                        f"did not answer within {resolved.startup_timeout:g} s of starting"
                         if isinstance(exc, TimeoutError) and resolved is not None
                         else _describe_start_failure(exc, resolved, stderr)
                     )

@@ -62,7 +62,7 @@ SAFE_IMPORTS: tuple[str, ...] = (
 
 class LocalRunner(ProcessRunner):
     name = "local"
-    languages = ("python",)
+    languages: tuple[str, ...] = ("python",)
     isolation = "process"
 
     def __init__(self, *, pool_size: int, workspace_root: Path | None) -> None:

@@ -49,7 +49,7 @@ class _Types:
     _ref_names: dict[str, str] = field(default_factory=dict)
 
     def render(self, schema: Mapping[str, Any], hint: str, depth: int = 0) -> str:
-        if depth > _MAX_DEPTH or not isinstance(schema, Mapping):
+        if depth > _MAX_DEPTH:
             return "Any"
         named = ref_name(schema)
         if named is not None and named in self._ref_names:

@@ -1,0 +1,173 @@
+"""ToolPool against real servers: concurrent start, failures, environment, restarts, timeouts, shutdown."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_code_mode.downstream.env import child_environment
+from mcp_code_mode.downstream.pool import ToolPool
+from mcp_code_mode.errors import DownstreamError, ServerUnavailable
+
+from ..conftest import filesystem_entry, fixture_entry, make_config, memory_entry
+
+pytestmark = pytest.mark.anyio
+
+
+def pool_of(servers: dict[str, dict[str, Any]], tool_timeout: float = 30) -> ToolPool:
+    config = make_config(servers)
+    return ToolPool(config.servers, config.env, default_timeout=tool_timeout)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0); it is gone for our purposes
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def pid_of(pool: ToolPool, server: str) -> int:
+    result = await pool.call_tool(server, "pid")
+    assert result.structured_content is not None
+    return int(result.structured_content["result"])
+
+
+async def test_servers_start_concurrently() -> None:
+    servers = {f"slow{i}": fixture_entry(FIXTURE_START_DELAY="3") for i in range(3)}
+    started = time.monotonic()
+    async with pool_of(servers) as pool:
+        elapsed = time.monotonic() - started
+        assert all(s.state == "ready" for s in pool.servers.values())
+    # Three servers that each take >= 3 s to start: one after another would take >= 9 s.
+    assert elapsed < 8.5
+
+
+async def test_a_server_that_cannot_start_is_reported_and_the_others_serve(tmp_path: Path) -> None:
+    servers = {
+        "missing": {"command": "definitely-not-a-command-xyz"},
+        "exits": fixture_entry(FIXTURE_EXIT_AT_START="7"),
+        "hangs": {**fixture_entry(FIXTURE_START_DELAY="60"), "timeout": 1},
+        "fs": filesystem_entry(tmp_path),
+    }
+    started = time.monotonic()
+    async with pool_of(servers) as pool:
+        assert time.monotonic() - started < 20
+        states = {name: s.state for name, s in pool.servers.items()}
+        assert states == {"missing": "failed", "exits": "failed", "hangs": "failed", "fs": "ready"}
+        assert "command not found" in (pool.servers["missing"].error or "")
+        assert "exited during start-up" in (pool.servers["exits"].error or "")
+        assert "exiting at start-up as asked" in (pool.servers["exits"].error or "")
+        assert "did not answer within 1 s" in (pool.servers["hangs"].error or "")
+        result = await pool.call_tool("fs", "list_allowed_directories")
+        assert not result.is_error
+        with pytest.raises(ServerUnavailable, match="'missing'"):
+            await pool.call_tool("missing", "anything")
+
+
+async def test_disabled_servers_are_not_started() -> None:
+    async with pool_of({"off": {**fixture_entry(), "disabled": True}}) as pool:
+        assert pool.servers["off"].state == "disabled"
+        with pytest.raises(ServerUnavailable, match="disabled"):
+            await pool.call_tool("off", "add", {"a": 1, "b": 2})
+
+
+async def test_children_get_an_allow_list_of_the_host_environment_plus_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOST_SECRET_TOKEN", "s3cret-from-host")
+    async with pool_of({"fx": fixture_entry(OWN_SETTING="mine")}) as pool:
+
+        async def env(name: str) -> str:
+            result = await pool.call_tool("fx", "show_env", {"name": name})
+            assert result.structured_content is not None
+            return str(result.structured_content["result"])
+
+        assert await env("HOST_SECRET_TOKEN") == "<unset>"
+        assert await env("OWN_SETTING") == "mine"
+        assert await env("PATH") == os.environ["PATH"]
+    assert "HOST_SECRET_TOKEN" not in child_environment({})
+
+
+async def test_a_dead_server_fails_the_call_in_flight_and_is_restarted_on_the_next_call() -> None:
+    async with pool_of({"fx": fixture_entry(), "other": fixture_entry()}) as pool:
+        first = await pid_of(pool, "fx")
+        with pytest.raises(ServerUnavailable, match="'fx'.*died during the call to 'crash'"):
+            await pool.call_tool("fx", "crash")
+        assert await pid_of(pool, "other")  # the others keep serving
+        second = await pid_of(pool, "fx")
+        assert second != first
+        assert pool.servers["fx"].restarts == 1
+        assert not alive(first)
+
+
+async def test_each_call_has_a_timeout_and_the_server_keeps_serving() -> None:
+    async with pool_of({"fx": {**fixture_entry(), "timeout": 1, "startupTimeout": 60}}) as pool:
+        started = time.monotonic()
+        with pytest.raises(DownstreamError, match="'slow' did not answer within 1 s"):
+            await pool.call_tool("fx", "slow", {"seconds": 30})
+        assert time.monotonic() - started < 3
+        result = await pool.call_tool("fx", "add", {"a": 2, "b": 3})
+        assert result.structured_content == {"result": 5}
+
+
+async def test_tool_list_changed_refreshes_the_index() -> None:
+    async with pool_of({"fx": fixture_entry()}) as pool:
+        before = pool.version
+        assert pool.find("fx", "brand_new") is None
+        await pool.call_tool("fx", "add_tool", {"name": "brand_new"})
+        with anyio.fail_after(10):
+            while pool.find("fx", "brand_new") is None:
+                await anyio.sleep(0.05)
+        assert pool.version > before
+        result = await pool.call_tool("fx", "brand_new", {"text": "x"})
+        assert result.structured_content == {"result": "brand_new:x"}
+
+
+async def test_tool_errors_are_results_and_unknown_servers_are_errors() -> None:
+    async with pool_of({"fx": fixture_entry()}) as pool:
+        result = await pool.call_tool("fx", "fail", {"message": "nope"})
+        assert result.is_error
+        with pytest.raises(DownstreamError, match="no such server"):
+            await pool.call_tool("nobody", "x")
+
+
+async def test_shutdown_leaves_no_child_process_behind(tmp_path: Path) -> None:
+    servers = {
+        "fx": fixture_entry(),
+        "fs": filesystem_entry(tmp_path),
+        "mem": memory_entry(tmp_path / "m.jsonl"),
+    }
+    async with pool_of(servers) as pool:
+        fx = await pid_of(pool, "fx")
+        children = _children(os.getpid())
+        assert fx in children
+        assert len(children) >= 3
+    with anyio.fail_after(10):
+        while any(alive(pid) for pid in children):
+            await anyio.sleep(0.05)
+
+
+def _children(parent: int) -> set[int]:
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent:
+            found.add(int(entry.name))
+            found |= _children(int(entry.name))
+    return found

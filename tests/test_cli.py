@@ -1,0 +1,84 @@
+"""The command line: bad configs, `run` and `stubs`, and the stdio entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_code_mode.cli import main
+
+from .conftest import filesystem_entry, fixture_entry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BAD_CONFIGS = {
+    "invalid JSON": ('{"servers": {"fs": {"command": "x",}}}', ["invalid JSON at line 1"]),
+    "unknown transport": ('{"servers": {"fs": {"type": "carrier-pigeon"}}}', ["server 'fs'", "field 'type'"]),
+    "missing command": ('{"mcpServers": {"fs": {"args": ["a"]}}}', ["server 'fs'", "'command'"]),
+    "wrong types": ('{"servers": {"fs": {"command": "x", "args": {"a": 1}}}}', ["server 'fs', field 'args'"]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_a_bad_config_gets_one_clear_message_and_a_non_zero_exit(case: str, tmp_path: Path) -> None:
+    text, expected = BAD_CONFIGS[case]
+    path = tmp_path / "servers.json"
+    path.write_text(text, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcp_code_mode.executor_server", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert str(path) in proc.stderr
+    for fragment in expected:
+        assert fragment in proc.stderr
+
+
+def test_a_missing_config_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stubs", "--config", str(tmp_path / "nope.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_run_prints_output_and_return_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"servers": {"fixture": fixture_entry()}}), encoding="utf-8")
+    script = tmp_path / "script.py"
+    script.write_text("print('sum is', fixture.add(a=2, b=40)['result'])\n{'ok': True}\n", encoding="utf-8")
+    assert main(["run", str(script), "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert "sum is 42" in captured.out
+    assert '"ok": true' in captured.out
+
+    script.write_text("1/0\n", encoding="utf-8")
+    assert main(["run", str(script), "--config", str(config)]) == 1
+    assert "ZeroDivisionError at line 1" in capsys.readouterr().err
+
+
+def test_stubs_prints_the_python_stubs_of_one_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "servers.json"
+    files = tmp_path / "files"
+    files.mkdir()
+    config.write_text(
+        json.dumps({"servers": {"fixture": fixture_entry(), "filesystem": filesystem_entry(files)}}), encoding="utf-8"
+    )
+    assert main(["stubs", "filesystem", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "class filesystem:" in out and "def read_text_file(path: str" in out
+    assert "class fixture" not in out
+    compile(out, "stubs", "exec")
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("serve", "run", "stubs"):
+        assert command in out
