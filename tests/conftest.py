@@ -67,3 +67,33 @@ async def engine(shared_dirs: dict[str, Path]) -> AsyncIterator[CodeMode]:
     )
     async with CodeMode(config) as cm:
         yield cm
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0); it is gone for our purposes
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def child_pids(parent: int) -> set[int]:
+    """Every descendant of ``parent``, from /proc."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent:
+            found.add(int(entry.name))
+            found |= child_pids(int(entry.name))
+    return found

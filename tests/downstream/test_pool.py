@@ -14,7 +14,7 @@ from mcp_code_mode.downstream.env import child_environment
 from mcp_code_mode.downstream.pool import ToolPool
 from mcp_code_mode.errors import DownstreamError, ServerUnavailable
 
-from ..conftest import filesystem_entry, fixture_entry, make_config, memory_entry
+from ..conftest import alive, child_pids, filesystem_entry, fixture_entry, make_config, memory_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -22,18 +22,6 @@ pytestmark = pytest.mark.anyio
 def pool_of(servers: dict[str, dict[str, Any]], tool_timeout: float = 30) -> ToolPool:
     config = make_config(servers)
     return ToolPool(config.servers, config.env, default_timeout=tool_timeout)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie still answers kill(0); it is gone for our purposes
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def pid_of(pool: ToolPool, server: str) -> int:
@@ -149,7 +137,7 @@ async def test_shutdown_leaves_no_child_process_behind(tmp_path: Path) -> None:
     }
     async with pool_of(servers) as pool:
         fx = await pid_of(pool, "fx")
-        children = _children(os.getpid())
+        children = child_pids(os.getpid())
         assert fx in children
         assert len(children) >= 3
     with anyio.fail_after(10):
@@ -157,17 +145,34 @@ async def test_shutdown_leaves_no_child_process_behind(tmp_path: Path) -> None:
             await anyio.sleep(0.05)
 
 
-def _children(parent: int) -> set[int]:
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text(encoding="utf-8")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent:
-            found.add(int(entry.name))
-            found |= _children(int(entry.name))
-    return found
+async def test_streamable_http_servers_are_called_with_their_headers(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from ..conftest import FIXTURE_SERVER
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "FIXTURE_HTTP_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, str(FIXTURE_SERVER)], env=env, stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        break
+                except OSError:
+                    await anyio.sleep(0.1)
+        servers = {"remote": {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"X-Api-Key": "${FIXTURE_KEY:-k-123}"}}}
+        async with pool_of(servers) as pool:
+            assert pool.servers["remote"].state == "ready", pool.servers["remote"].error
+            assert pool.servers["remote"].config.transport == "http"
+            result = await pool.call_tool("remote", "add", {"a": 20, "b": 22})
+            assert result.structured_content == {"result": 42}
+            header = await pool.call_tool("remote", "show_header", {"name": "x-api-key"})
+            assert header.structured_content == {"result": "k-123"}
+    finally:
+        proc.kill()
+        proc.wait()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_code_mode.engine import CodeMode
+
+from ..conftest import alive, make_config
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +129,18 @@ async def test_code_runs_in_a_worker_process_not_in_the_server(engine: CodeMode)
     runner = engine.runners["local"]
     pids = {w.process.pid for w in runner.pool._ready}  # type: ignore[attr-defined]
     assert pids and os.getpid() not in pids
+
+
+async def test_closing_the_engine_kills_every_worker_and_removes_workspaces(tmp_path: Path) -> None:
+    config = make_config({}, workspace_dir=tmp_path / "runs", pool_size=3)
+    async with CodeMode(config) as cm:
+        result = await cm.execute("print('x')")
+        assert result.success
+        with anyio.fail_after(30):
+            while cm.runners["local"].pool.warm < 3:  # type: ignore[attr-defined]
+                await anyio.sleep(0.05)
+        pids = [w.process.pid for w in cm.runners["local"].pool._ready]  # type: ignore[attr-defined]
+    with anyio.fail_after(10):
+        while any(alive(pid) for pid in pids):
+            await anyio.sleep(0.05)
+    assert list((tmp_path / "runs").iterdir()) == []

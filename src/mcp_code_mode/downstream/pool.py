@@ -201,6 +201,7 @@ class ToolPool:
                 self._tg.start_soon(self._refresh_tools, server)
 
         target: Any
+        stack = AsyncExitStack()
         if resolved.transport == "stdio":
             assert resolved.command is not None
             target = StdioServerParameters(
@@ -217,9 +218,9 @@ class ToolPool:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
 
-            http = create_mcp_http_client(headers=resolved.headers or None)
+            http = await stack.enter_async_context(create_mcp_http_client(headers=resolved.headers or None))
             transport = streamable_http_client(resolved.url, http_client=http)
-        async with Client(transport, mode="legacy", message_handler=on_message, cache=None) as client:
+        async with stack, Client(transport, mode="legacy", message_handler=on_message, cache=None) as client:
             yield client
 
     async def _connection(self, server: DownstreamServer) -> None:
