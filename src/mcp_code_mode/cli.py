@@ -116,7 +116,7 @@ async def _stubs(config: CodeModeConfig, server: str | None) -> int:
         for status in cm.pool.servers.values():
             if status.state not in ("ready", "disabled"):
                 print(f"# {status.name}: {status.state}: {status.error}", file=sys.stderr)
-        print(cm.python_stubs([server] if server else None))
+        print(cm.stubs("python", [server] if server else None))
     return 0
 
 

@@ -17,15 +17,12 @@ from .bridge import ToolDispatcher
 from .config import CodeModeConfig
 from .downstream.pool import ToolPool
 from .errors import UnsupportedError
+from .runners import LANGUAGE_ALIASES, build_runners, default_runner
 from .runners.base import Runner, RunRequest, StubBundle
-from .runners.local import SAFE_IMPORTS, LocalRunner
-from .stubs.index import StubIndex
-from .stubs.python import render_module
+from .runners.local import SAFE_IMPORTS
+from .stubs import RENDERERS, StubIndex, ToolSpec
 
 logger = logging.getLogger(__name__)
-
-LANGUAGE_ALIASES = {"python": "python", "py": "python", "python3": "python"}
-RUNNERS_BY_LANGUAGE = {"python": ("local",)}
 
 
 class ErrorDetail(BaseModel):
@@ -81,11 +78,9 @@ class CodeMode:
         self.config = config
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
-        self.runners: dict[str, Runner] = {
-            "local": LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir),
-        }
+        self.runners: dict[str, Runner] = build_runners(settings)
         self._index: StubIndex | None = None
-        self._bundle: StubBundle | None = None
+        self._bundles: dict[str, StubBundle] = {}
         self._built_for = -1
 
     @classmethod
@@ -94,10 +89,17 @@ class CodeMode:
         return cls(CodeModeConfig.load(path))
 
     async def __aenter__(self) -> CodeMode:
-        for runner in self.runners.values():
-            await runner.start()
-        await self.pool.__aenter__()
-        self._refresh_stubs()
+        started: list[Runner] = []
+        try:
+            for runner in self.runners.values():
+                await runner.start()
+                started.append(runner)
+            await self.pool.__aenter__()
+        except BaseException:
+            for runner in started:
+                await runner.aclose()
+            raise
+        self._refresh()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -111,37 +113,68 @@ class CodeMode:
 
     @property
     def index(self) -> StubIndex:
-        self._refresh_stubs()
+        """Namespaces and functions of every downstream tool, at the pool's current version."""
+        self._refresh()
         assert self._index is not None
         return self._index
 
-    def _refresh_stubs(self) -> StubBundle:
-        if self._bundle is None or self._built_for != self.pool.version:
-            self._built_for = self.pool.version
-            servers = [(name, s.config.description) for name, s in self.pool.servers.items()]
-            self._index = StubIndex.build(servers, self.pool.tools())
-            source = render_module(self._index)
-            self._bundle = StubBundle(source, self._built_for, tuple(s.namespace for s in self._index.servers))
-            for runner in self.runners.values():
-                set_stubs = getattr(runner, "set_stubs", None)
-                if set_stubs is not None:
-                    set_stubs(self._bundle)
-        return self._bundle
+    def _refresh(self) -> None:
+        """Rebuild the index and every runner's stubs when the downstream tools changed."""
+        if self._index is not None and self._built_for == self.pool.version:
+            return
+        self._built_for = self.pool.version
+        servers = [(name, s.config.description) for name, s in self.pool.servers.items()]
+        self._index = StubIndex.build(servers, self.pool.tools())
+        self._bundles.clear()
+        for runner in self.runners.values():
+            runner.set_stubs(self.bundle(runner.stub_language))
 
-    def python_stubs(self, servers: list[str] | None = None) -> str:
-        """The Python stub module (all servers, or the named ones) exactly as the sandbox defines it."""
+    def bundle(self, stub_language: str) -> StubBundle:
+        """The full stub module for one stub language at the current version."""
+        index = self.index
+        if stub_language not in self._bundles:
+            source = RENDERERS[stub_language](index, None)
+            namespaces = tuple(s.namespace for s in index.servers)
+            self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces)
+        return self._bundles[stub_language]
+
+    def stubs(self, language: str = "python", servers: list[str] | None = None) -> str:
+        """The stubs (all servers, or the named ones) exactly as the sandbox defines them."""
+        stub_language = "typescript" if language in ("typescript", "ts", "javascript", "js") else language
+        if stub_language in ("py", "python3"):
+            stub_language = "python"
+        renderer = RENDERERS.get(stub_language)
+        if renderer is None:
+            raise UnsupportedError(f"stubs for {language!r} are not supported (supported: {', '.join(RENDERERS)})")
         index = self.index
         if servers is None:
-            return render_module(index)
-        selection = {}
+            return self.bundle(stub_language).source
+        selection: dict[str, tuple[ToolSpec, ...]] = {}
         for name in servers:
             spec = index.server(name)
             if spec is None:
-                raise UnsupportedError(f"unknown server {name!r}")
+                raise UnsupportedError(
+                    f"unknown server {name!r} (configured: {', '.join(s.name for s in index.servers)})"
+                )
             selection[spec.name] = spec.tools
-        return render_module(index, selection)
+        return renderer(index, selection)
 
     # ----- execution ------------------------------------------------------------------------
+
+    def resolve_runner(self, language: str, runner: str | None) -> tuple[str, Runner]:
+        """The canonical language and the runner for a request; ``UnsupportedError`` names what exists."""
+        lang = LANGUAGE_ALIASES.get(language.strip().lower())
+        if lang is None:
+            supported = ", ".join(sorted(set(LANGUAGE_ALIASES.values())))
+            raise UnsupportedError(f"language {language!r} is not supported yet (supported: {supported})")
+        name = runner or default_runner(self.config.settings, lang)
+        chosen = self.runners.get(name)
+        if chosen is None or lang not in chosen.languages:
+            available = [r.name for r in self.runners.values() if lang in r.languages]
+            raise UnsupportedError(
+                f"runner {name!r} is not supported yet for {lang} (available: {', '.join(available) or 'none'})"
+            )
+        return lang, chosen
 
     async def execute(
         self,
@@ -161,24 +194,13 @@ class CodeMode:
         ``success=False``.
         """
         settings = self.config.settings
-        lang = LANGUAGE_ALIASES.get(language.strip().lower())
-        if lang is None:
-            raise UnsupportedError(
-                f"language {language!r} is not supported yet (supported: {', '.join(sorted(RUNNERS_BY_LANGUAGE))})"
-            )
-        runner_name = runner or settings.python_runner
-        if runner_name not in RUNNERS_BY_LANGUAGE[lang] or runner_name not in self.runners:
-            raise UnsupportedError(
-                f"runner {runner_name!r} is not supported yet for {lang} "
-                f"(available: {', '.join(RUNNERS_BY_LANGUAGE[lang])})"
-            )
+        lang, chosen = self.resolve_runner(language, runner)
         if packages:
             raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
-        bundle = self._refresh_stubs()
-        assert self._index is not None
+        bundle = self.bundle(chosen.stub_language)
         request = RunRequest(
             code=code,
             language=lang,
@@ -188,8 +210,8 @@ class CodeMode:
             allow_network=allow_networking,
             authorized_imports=SAFE_IMPORTS,
         )
-        dispatcher = ToolDispatcher(self.pool, self._index, settings.max_tool_calls)
-        outcome = await self.runners[runner_name].run(request, dispatcher)
+        dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
+        outcome = await chosen.run(request, dispatcher)
         return RunResult.model_validate(
             {
                 "success": outcome.success,
@@ -198,9 +220,9 @@ class CodeMode:
                 "returnValue": outcome.return_value,
                 "executionTime": round(outcome.duration * 1000),
                 "language": lang,
-                "runner": runner_name,
+                "runner": chosen.name,
                 "cached": False,
-                "hash": script_hash(lang, runner_name, code, packages or []),
+                "hash": script_hash(lang, chosen.name, code, packages or []),
                 "toolCalls": len(dispatcher.calls),
                 "truncated": outcome.truncated,
                 "files": [{"path": f.path, "size": f.size} for f in outcome.files],

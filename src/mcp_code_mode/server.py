@@ -162,8 +162,6 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         language: Annotated[str, Field(description="Stub language: python.")] = "python",
     ) -> str:
         """Return the stubs of the downstream tools exactly as they are defined in the sandbox."""
-        if language.lower() not in ("python", "py"):
-            raise CodeModeError(f"stubs for {language!r} are not supported yet (supported: python)")
-        return engine.python_stubs([server] if server else None)
+        return engine.stubs(language.lower(), [server] if server else None)
 
     return server

@@ -64,6 +64,9 @@ class Runner(Protocol):
 
     name: str
     languages: tuple[str, ...]
+    """Canonical languages it runs (``python``, ``javascript``, ``typescript``)."""
+    stub_language: str
+    """The key of ``stubs.RENDERERS`` whose module this runner loads."""
     isolation: str
     """What stands between a script and the host: ``process``, ``namespaces`` or ``wasm``."""
 
@@ -73,6 +76,10 @@ class Runner(Protocol):
 
     async def aclose(self) -> None:
         """Stop every worker; no child process may outlive this."""
+        ...
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        """The current stubs, so that warm workers can load them before they are needed."""
         ...
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome: ...

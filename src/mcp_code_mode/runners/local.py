@@ -63,6 +63,7 @@ SAFE_IMPORTS: tuple[str, ...] = (
 class LocalRunner(ProcessRunner):
     name = "local"
     languages: tuple[str, ...] = ("python",)
+    stub_language = "python"
     isolation = "process"
 
     def __init__(self, *, pool_size: int, workspace_root: Path | None) -> None:

@@ -259,6 +259,7 @@ class ProcessRunner:
 
     name = "process"
     languages: tuple[str, ...] = ("python",)
+    stub_language = "python"
     isolation = "process"
     host_pids = True
     """Whether a pid the worker reports is valid on the host (false inside a pid namespace)."""
