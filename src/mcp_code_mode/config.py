@@ -17,6 +17,7 @@ every one with its default.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "CODE_MODE_"
 DEFAULT_CONFIG_NAME = "mcp_servers.json"
@@ -97,8 +100,30 @@ class Settings(BaseModel):
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
-    python_runner: Literal["local"] = "local"
+    python_runner: Literal["local", "cpython"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
+    cpython_pool_size: int = Field(default=1, ge=0)
+    """Warm workers kept for the cpython runner."""
+    allow_network: bool = True
+    """Server policy: whether any run may use the network (a run still asks with ``allowNetworking``)."""
+    sandbox: Literal["auto", "process"] = "auto"
+    """``auto``: bubblewrap namespaces where they work, else plain processes; ``process``: never namespaces."""
+    require_isolation: bool = False
+    """Refuse to run code unless namespaces are in force."""
+    sandbox_uid_base: int = Field(default=2_000_000_000, ge=1000, le=4_000_000_000)
+    """First uid of the range given to sandboxed workers when the server runs as root (one uid per worker)."""
+    limit_memory_mb: int = Field(default=2048, ge=64)
+    """Address space of a run's process (RLIMIT_AS), in MiB."""
+    limit_cpu_seconds: int = Field(default=300, ge=1)
+    """CPU seconds of a run (RLIMIT_CPU); never more than the run's timeout plus one second."""
+    limit_file_size_mb: int = Field(default=64, ge=1)
+    """Largest file a run may write (RLIMIT_FSIZE), in MiB."""
+    limit_open_files: int = Field(default=256, ge=16)
+    """Open file descriptors of a run (RLIMIT_NOFILE)."""
+    limit_processes: int = Field(default=64, ge=4)
+    """Processes and threads of a sandbox user (RLIMIT_NPROC; not enforced for root, see SECURITY.md)."""
+    limit_workspace_mb: int = Field(default=256, ge=1)
+    """Size of a sandboxed run's workspace and of its /tmp (tmpfs), in MiB."""
 
     @field_validator("config", "workspace_dir", mode="before")
     @classmethod
@@ -107,7 +132,7 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, source: str = "environment") -> Settings:
-        """Build settings from ``CODE_MODE_*`` entries of ``env``; unknown ``CODE_MODE_*`` names are errors."""
+        """Build settings from ``CODE_MODE_*`` entries of ``env``; unknown ``CODE_MODE_*`` names are logged."""
         values: dict[str, str] = {}
         known = set(cls.model_fields)
         unknown: list[str] = []
@@ -120,7 +145,7 @@ class Settings(BaseModel):
             elif name not in _NON_SETTINGS:
                 unknown.append(key)
         if unknown:
-            raise ConfigError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}; see .env.example")
+            logger.warning("%s: ignoring unknown setting(s) %s; see .env.example", source, ", ".join(sorted(unknown)))
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

@@ -20,6 +20,7 @@ from .errors import UnsupportedError
 from .runners import LANGUAGE_ALIASES, build_runners, default_runner
 from .runners.base import Runner, RunRequest, StubBundle
 from .runners.local import SAFE_IMPORTS
+from .sandbox import Sandbox
 from .stubs import RENDERERS, StubIndex, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class CodeMode:
         self.config = config
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
-        self.runners: dict[str, Runner] = build_runners(settings)
+        self.sandbox = Sandbox.detect(settings)
+        self.runners: dict[str, Runner] = build_runners(settings, self.sandbox)
         self._index: StubIndex | None = None
         self._bundles: dict[str, StubBundle] = {}
         self._built_for = -1
@@ -96,17 +98,23 @@ class CodeMode:
                 started.append(runner)
             await self.pool.__aenter__()
         except BaseException:
-            for runner in started:
+            for runner in reversed(started):  # each runner holds a task group: leave them in LIFO order
                 await runner.aclose()
             raise
         self._refresh()
+        described = self.sandbox.describe()
+        logger.info(
+            "isolation in force: %s%s",
+            described["isolation"],
+            f" ({described['reason']})" if described.get("reason") else f" ({described.get('user')})",
+        )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
             await self.pool.__aexit__(*exc_info)
         finally:
-            for runner in self.runners.values():
+            for runner in reversed(self.runners.values()):
                 await runner.aclose()
 
     # ----- stubs ----------------------------------------------------------------------------
@@ -195,6 +203,8 @@ class CodeMode:
         """
         settings = self.config.settings
         lang, chosen = self.resolve_runner(language, runner)
+        network = allow_networking and settings.allow_network
+        self._check_isolation(chosen, network)
         if packages:
             raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
@@ -207,7 +217,7 @@ class CodeMode:
             timeout=timeout / 1000,
             max_output=settings.max_output_chars,
             stubs=bundle,
-            allow_network=allow_networking,
+            allow_network=network,
             authorized_imports=SAFE_IMPORTS,
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
@@ -229,6 +239,18 @@ class CodeMode:
             }
         )
 
+    def _check_isolation(self, runner: Runner, network: bool) -> None:
+        if runner.isolation != "process":
+            return
+        reason = self.sandbox.reason or "namespaces are not available"
+        if self.config.settings.require_isolation:
+            raise UnsupportedError(f"CODE_MODE_REQUIRE_ISOLATION is set and this host has no namespaces ({reason})")
+        if not network and runner.name != "local":
+            raise UnsupportedError(
+                f"networking cannot be switched off for the {runner.name} runner on this host ({reason}); "
+                "allow networking or use the local runner"
+            )
+
     def status(self) -> dict[str, Any]:
         """Connected servers and runners, for discovery tools and the CLI."""
         return {
@@ -237,3 +259,38 @@ class CodeMode:
                 name: {"isolation": r.isolation, "languages": list(r.languages)} for name, r in self.runners.items()
             },
         }
+
+    def execution_limits(self) -> dict[str, Any]:
+        """The limits and the isolation in force on this host right now (``get_execution_limits``)."""
+        settings = self.config.settings
+        return {
+            "timeoutMs": {"default": settings.default_timeout_ms, "max": settings.max_timeout_ms},
+            "maxOutputChars": settings.max_output_chars,
+            "maxToolCallsPerRun": settings.max_tool_calls,
+            "network": {
+                "serverPolicy": "allowed" if settings.allow_network else "never",
+                "defaultForRuns": "allowed" if settings.allow_network else "off",
+                "offIsEnforced": self.sandbox.network_enforced(),
+            },
+            "isolation": self.sandbox.describe(),
+            "requireIsolation": settings.require_isolation,
+            "runners": {
+                name: {"languages": list(r.languages), "isolation": r.isolation} for name, r in self.runners.items()
+            },
+            "defaultRunner": {lang: default_runner(settings, lang) for lang in sorted(set(LANGUAGE_ALIASES.values()))},
+            "servers": [s.status() for s in self.pool.servers.values()],
+        }
+
+    def supported_languages(self) -> list[dict[str, Any]]:
+        """Each language with its runners, their isolation and package manager (``list_supported_languages``)."""
+        settings = self.config.settings
+        out: list[dict[str, Any]] = []
+        for lang in sorted(set(LANGUAGE_ALIASES.values())):
+            aliases = sorted(a for a, canonical in LANGUAGE_ALIASES.items() if canonical == lang)
+            runners = [
+                {"name": r.name, "isolation": r.isolation, "default": r.name == default_runner(settings, lang)}
+                for r in self.runners.values()
+                if lang in r.languages
+            ]
+            out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": None})
+        return out

@@ -31,8 +31,10 @@ text (parsed when JSON); a failing tool raises ToolError (catch it with `except 
 expression (or `final_answer(x)`) to return it as returnValue. `open()` works in the run's own
 workspace directory, which is deleted after the run. Use get_tool_stubs for exact signatures.
 
-Python runs in smolagents' restricted interpreter (no os, sys or subprocess; safe stdlib modules
-such as json, re, math, datetime, collections, csv are importable)."""
+Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
+modules such as json, re, math, datetime, collections, csv are importable); runner="cpython" runs
+full Python. Either way the script is sandboxed: it sees only its workspace, and the network only
+when allowNetworking is true. get_execution_limits tells what is in force."""
 
 
 def describe_servers(engine: CodeMode) -> str:
@@ -140,7 +142,10 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
-        runner: Annotated[str | None, Field(description="Runner: local (default).")] = None,
+        runner: Annotated[
+            str | None,
+            Field(description="Python runner: local (restricted interpreter, the default) or cpython (full Python)."),
+        ] = None,
     ) -> Annotated[CallToolResult, RunResult]:
         try:
             result = await engine.execute(
@@ -155,6 +160,17 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         except CodeModeError as exc:
             return refused(exc, language)
         return to_call_result(result)
+
+    @server.tool(name="get_execution_limits")
+    def get_execution_limits() -> dict[str, Any]:
+        """Timeouts, output cap, tool-call cap, network policy, the isolation in force on this host, runners and
+        the state of each connected server, as they are right now."""
+        return engine.execution_limits()
+
+    @server.tool(name="list_supported_languages")
+    def list_supported_languages() -> list[dict[str, Any]]:
+        """Languages execute_code accepts, with their runners, each runner's isolation and the package manager."""
+        return engine.supported_languages()
 
     @server.tool(name="get_tool_stubs")
     def get_tool_stubs(

@@ -186,3 +186,29 @@ async def test_get_tool_stubs_returns_the_stubs_the_sandbox_uses(client: Client)
     assert "class memory:" in text
     assert "def create_entities(entities: list[CreateEntitiesEntity]) -> CreateEntitiesResult:" in text
     assert "class filesystem" not in text
+
+
+async def test_get_execution_limits_tells_the_truth_about_this_host(client: Client) -> None:
+    result = await client.call_tool("get_execution_limits", {})
+    assert result.structured_content is not None
+    limits = result.structured_content
+    assert limits["timeoutMs"] == {"default": 30000, "max": 300000}
+    assert limits["isolation"]["isolation"] == "namespaces"
+    assert limits["network"]["offIsEnforced"] is True
+    assert {s["name"]: s["state"] for s in limits["servers"]} == {
+        "filesystem": "ready",
+        "memory": "ready",
+        "fixture": "ready",
+    }
+    assert set(limits["runners"]) >= {"local", "cpython"}
+
+
+async def test_list_supported_languages_names_runners_and_their_isolation(client: Client) -> None:
+    result = await client.call_tool("list_supported_languages", {})
+    assert result.structured_content is not None
+    languages = {entry["language"]: entry for entry in result.structured_content["result"]}
+    python = languages["python"]
+    assert "py" in python["aliases"]
+    runners = {r["name"]: r for r in python["runners"]}
+    assert runners["local"]["default"] is True
+    assert runners["cpython"]["isolation"] == "namespaces"

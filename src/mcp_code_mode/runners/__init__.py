@@ -6,16 +6,22 @@
 from __future__ import annotations
 
 from ..config import Settings
+from ..sandbox import Profile, Sandbox
 from .base import Runner
+from .cpython import CPythonRunner
 from .local import LocalRunner
 
 # The languages a script may name, with their aliases.
 LANGUAGE_ALIASES: dict[str, str] = {"python": "python", "py": "python", "python3": "python"}
 
 
-def build_runners(settings: Settings) -> dict[str, Runner]:
+def build_runners(settings: Settings, sandbox: Sandbox) -> dict[str, Runner]:
     """Every runner this build offers, by name (not yet started)."""
-    runners: list[Runner] = [LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir)]
+    profile = Profile(network=settings.allow_network)
+    runners: list[Runner] = [
+        LocalRunner(sandbox=sandbox, pool_size=settings.pool_size, default_profile=profile),
+        CPythonRunner(sandbox=sandbox, pool_size=settings.cpython_pool_size, default_profile=profile),
+    ]
     return {runner.name: runner for runner in runners}
 
 

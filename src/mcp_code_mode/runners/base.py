@@ -67,8 +67,11 @@ class Runner(Protocol):
     """Canonical languages it runs (``python``, ``javascript``, ``typescript``)."""
     stub_language: str
     """The key of ``stubs.RENDERERS`` whose module this runner loads."""
-    isolation: str
-    """What stands between a script and the host: ``process``, ``namespaces`` or ``wasm``."""
+
+    @property
+    def isolation(self) -> str:
+        """What stands between a script and the host: ``process``, ``namespaces`` or ``wasm``."""
+        ...
 
     async def start(self) -> None:
         """Warm up (start waiting workers). Called once before the first run."""

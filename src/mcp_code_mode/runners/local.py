@@ -1,15 +1,14 @@
 """The ``local`` runner: smolagents' ``LocalPythonExecutor`` (an AST interpreter) in a worker process.
 
 The interpreter refuses imports outside an allow-list, dunder access and unlisted builtins; it is one
-layer, not the sandbox (smolagents itself says it "is not a security sandbox"). The process is what
-the host kills on a timeout.
+layer, not the sandbox (smolagents itself says it "is not a security sandbox"). The worker process,
+its sandbox and its rlimits are what stand between a script and the host.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .process import ProcessRunner, python_worker_argv
+from ..sandbox import Profile, Sandbox
+from .process import ProcessRunner, python_launcher
 
 # Standard-library modules a script may import under the local runner, besides smolagents' own base list.
 SAFE_IMPORTS: tuple[str, ...] = (
@@ -64,8 +63,7 @@ class LocalRunner(ProcessRunner):
     name = "local"
     languages: tuple[str, ...] = ("python",)
     stub_language = "python"
-    isolation = "process"
 
-    def __init__(self, *, pool_size: int, workspace_root: Path | None) -> None:
-        preload = ["smolagents.local_python_executor", *SAFE_IMPORTS]
-        super().__init__(python_worker_argv("local", preload), pool_size=pool_size, workspace_root=workspace_root)
+    def __init__(self, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
+        launcher = python_launcher("local", sandbox, SAFE_IMPORTS)
+        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=default_profile)

@@ -1,10 +1,14 @@
-"""Host side of runners whose worker is a child process: a warm pool, the run loop, hard timeouts.
+"""Host side of runners whose worker is a child process: warm pools, the run loop, hard timeouts.
 
-A worker is a zygote (see ``worker.py``): it forks a fresh child for each run and never runs a
+A Python worker is a zygote (see ``worker.py``): it forks a fresh child for each run and never runs a
 script itself, so every run starts from a pristine interpreter and an empty workspace without paying
-start-up. The pool keeps ``size`` idle zygotes. A run that times out, or whose worker misbehaves,
-costs that zygote: it is killed with everything it started, and a new one is started in the
-background.
+start-up. Any worker that speaks the bridge protocol fits here; one that exits after its run is
+simply replaced.
+
+Workers are launched by a ``Launcher`` (the sandbox decides argv, environment and workspace), one
+pool per ``Profile`` (a worker with network access is a different sandbox from one without). A run
+that times out, or whose worker misbehaves, costs that worker: it is killed with everything it
+started, and a new one is started in the background.
 """
 
 from __future__ import annotations
@@ -13,14 +17,11 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..bridge import MAX_MESSAGE_BYTES, ToolDispatcher, encode
 from ..errors import RunnerError
+from ..sandbox import Profile, Sandbox, SandboxSpec, sandbox_environment
+from ..sandbox.core import make_workspace
 from .base import ErrorInfo, FileInfo, RunOutcome, RunRequest, StubBundle
 
 logger = logging.getLogger(__name__)
@@ -38,32 +41,41 @@ logger = logging.getLogger(__name__)
 WORKER_START_TIMEOUT = 60.0
 _STDERR_LINES = 40
 
+Launcher = Callable[[Profile], SandboxSpec]
+"""Makes the argv, environment and workspace of one new worker for a profile."""
 
-def sandbox_environment(workspace: Path) -> dict[str, str]:
-    """The whole environment of a worker: nothing from the host's."""
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": str(workspace),
-        "TMPDIR": str(workspace),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-        "PYTHONUNBUFFERED": "1",
-    }
+
+def plain_launcher(argv: Sequence[str], workspace_root: Path | None) -> Launcher:
+    """Launch ``argv`` as it is (a worker that isolates itself, e.g. Deno) in a fresh host workspace.
+
+    The worker gets a scrubbed environment and ``--workspace DIR`` appended to its arguments.
+    """
+
+    def launch(profile: Profile) -> SandboxSpec:
+        workspace = make_workspace(workspace_root)
+        env = sandbox_environment(str(workspace))
+        return SandboxSpec([*argv, "--workspace", str(workspace)], env, workspace, workspace)
+
+    return launch
 
 
 @dataclass
 class Worker:
     process: Process
     stream: BufferedByteReceiveStream
-    workspace: Path
+    spec: SandboxSpec
+    release: Callable[[SandboxSpec], None]
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_LINES))
     stubs_version: int | None = None
-    ready_at: float = 0.0
     child_pid: int | None = None
     """The running child's pid as the host sees it (unknown inside a pid namespace)."""
-    runs: int = 0
+    killed: bool = False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
 
     async def send(self, message: dict[str, Any]) -> None:
         assert self.process.stdin is not None
@@ -73,6 +85,10 @@ class Worker:
         """The next message, or None when the worker closed its end (exited)."""
         try:
             line = await self.stream.receive_until(b"\n", MAX_MESSAGE_BYTES)
+        except anyio.DelimiterNotFound:
+            raise RunnerError(
+                f"the worker sent a message over {MAX_MESSAGE_BYTES} bytes (flooding the bridge)"
+            ) from None
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
             return None
         try:
@@ -84,36 +100,48 @@ class Worker:
         return message  # pyright: ignore[reportUnknownVariableType]
 
     async def kill(self) -> None:
-        """Kill the zygote, its child and their process groups, and remove the workspace."""
-        for pgid in (self.child_pid, self.process.pid):
-            if pgid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
+        """Kill the worker, its child and their process groups, and release its sandbox (once)."""
+        if self.killed:
+            return
+        self.killed = True
+        pgids = [self.process.pid] + ([self.child_pid] if self.child_pid and self.spec.host_pids else [])
+        for pgid in pgids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await self.process.wait()
-        await self.process.aclose()
-        shutil.rmtree(self.workspace, ignore_errors=True)
+        with anyio.CancelScope(shield=True):  # runs to the end even when the caller is being cancelled
+            with anyio.move_on_after(5):
+                await self.process.wait()
+            await self.process.aclose()
+        self.release(self.spec)
 
     def stderr_tail(self) -> str:
         return "".join(self.stderr).strip()
 
 
 class WorkerPool:
-    """Idle zygotes, ready for a run.
+    """Idle workers of one profile, ready for a run.
 
-    ``size`` zygotes are kept in existence (idle, busy or starting); a run that finds none idle
+    ``size`` workers are kept in existence (idle, busy or starting); a run that finds none idle
     starts one on the spot. After a clean run a zygote comes back; up to ``max_idle`` are kept.
     """
 
     def __init__(
-        self, argv: Sequence[str], *, size: int, workspace_root: Path | None, label: str, max_idle: int = 8
+        self,
+        launcher: Launcher,
+        *,
+        size: int,
+        label: str,
+        profile: Profile | None = None,
+        release: Callable[[SandboxSpec], None] | None = None,
+        max_idle: int = 8,
     ) -> None:
-        self._argv = list(argv)
+        self._launcher = launcher
+        self._profile = profile or Profile()
+        self._release = release or SandboxSpec.cleanup
         self._size = size
         self._max_idle = max(size, max_idle)
-        self._workspace_root = workspace_root
         self._label = label
         self._ready: deque[Worker] = deque()
         self._busy = 0
@@ -121,6 +149,9 @@ class WorkerPool:
         self._tg: TaskGroup | None = None
         self._closed = False
         self._stubs: StubBundle | None = None
+        self._live: set[Worker] = set()
+        self._arrived = anyio.Event()
+        self._waiters = 0
         self.spawned = 0
 
     async def start(self, tg: TaskGroup) -> None:
@@ -128,7 +159,7 @@ class WorkerPool:
         self._refill()
 
     def set_stubs(self, stubs: StubBundle) -> None:
-        """Stubs that newly started zygotes compile before they are handed out."""
+        """Stubs that newly started workers load before they are handed out."""
         self._stubs = stubs
 
     def _refill(self) -> None:
@@ -142,36 +173,47 @@ class WorkerPool:
         try:
             worker = await self.spawn()
         except RunnerError as exc:
-            logger.error("%s: could not start a warm worker: %s", self._label, exc)
+            if not self._closed:
+                logger.error("%s: could not start a warm worker: %s", self._label, exc)
             return
         finally:
             self._starting -= 1
+            self._notify()
         if self._closed:
             await worker.kill()
             return
+        self._push(worker)
+
+    def _push(self, worker: Worker) -> None:
         self._ready.append(worker)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake acquirers waiting for a worker: one arrived, or one they counted on will not."""
+        self._arrived.set()
+        self._arrived = anyio.Event()
 
     async def spawn(self) -> Worker:
-        """Start one zygote and wait until it says it is ready (with the current stubs compiled)."""
-        root = self._workspace_root
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-        workspace = Path(tempfile.mkdtemp(prefix="mcp-code-mode-run-", dir=root))
+        """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
+        spec = self._launcher(self._profile)
+        process: Process | None = None
         try:
-            process = await anyio.open_process(
-                self._argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=workspace,
-                env=sandbox_environment(workspace),
-                start_new_session=True,
-            )
+            with anyio.CancelScope(shield=True):  # a process started here is always tracked, never lost
+                process = await anyio.open_process(
+                    spec.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=spec.cwd,
+                    env=spec.env,
+                    start_new_session=True,
+                )
         except OSError as exc:
-            shutil.rmtree(workspace, ignore_errors=True)
-            raise RunnerError(f"cannot start the worker ({self._argv[0]}): {exc}") from exc
-        assert process.stdout is not None
-        worker = Worker(process, BufferedByteReceiveStream(process.stdout), workspace)
+            self._release(spec)
+            raise RunnerError(f"cannot start the worker ({spec.argv[0]}): {exc}") from exc
+        assert process is not None and process.stdout is not None
+        worker = Worker(process, BufferedByteReceiveStream(process.stdout), spec, self._forget)
+        self._live.add(worker)
         if self._tg is not None:
             self._tg.start_soon(self._drain_stderr, worker)
         self.spawned += 1
@@ -184,10 +226,14 @@ class WorkerPool:
                     worker.stubs_version = stubs.version
         except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             hello = None
+        except BaseException:  # cancelled while starting: leave nothing behind
+            await worker.kill()
+            raise
         if hello is None or hello.get("op") != "ready":
+            with anyio.move_on_after(1):
+                await worker.process.wait()
             await worker.kill()
             raise RunnerError(f"the worker did not start: {worker.stderr_tail() or 'no output'}")
-        worker.ready_at = time.monotonic()
         return worker
 
     async def _drain_stderr(self, worker: Worker) -> None:
@@ -199,15 +245,24 @@ class WorkerPool:
                 worker.stderr.append(chunk.decode("utf-8", "replace"))
 
     async def acquire(self) -> Worker:
-        """An idle zygote if one is waiting, else a newly started one."""
+        """An idle worker; else one that is about to be (back from a run, or starting); else a new one."""
         self._busy += 1
         try:
-            while self._ready:
-                worker = self._ready.popleft()
-                if worker.process.returncode is None:
-                    return worker
-                await worker.kill()
-            return await self.spawn()
+            while True:
+                while self._ready:
+                    worker = self._ready.popleft()
+                    if worker.process.returncode is None:
+                        return worker
+                    await worker.kill()
+                if self._starting <= self._waiters:
+                    return await self.spawn()
+                arrived = self._arrived
+                self._waiters += 1
+                try:
+                    with anyio.move_on_after(WORKER_START_TIMEOUT):
+                        await arrived.wait()
+                finally:
+                    self._waiters -= 1
         except BaseException:
             self._busy -= 1
             raise
@@ -220,24 +275,31 @@ class WorkerPool:
         if self._tg is None or self._closed or not clean:
             self._discard(worker)
             return
-        self._starting += 1  # counted as starting until its zygote says ready again
+        self._starting += 1  # counted as starting until it says ready again
         self._tg.start_soon(self._await_ready, worker)
 
     async def _await_ready(self, worker: Worker) -> None:
         try:
             with anyio.move_on_after(10):
-                message = await worker.receive()
-                if message is not None and message.get("op") == "ready":
+                while (message := await worker.receive()) is not None:
+                    if message.get("op") != "ready":
+                        continue  # e.g. the zygote's report of how the child exited
                     if not self._closed and len(self._ready) < self._max_idle:
                         worker.child_pid = None
-                        self._ready.append(worker)
+                        self._push(worker)
                         return
+                    break
         except RunnerError:
             pass
         finally:
             self._starting -= 1
+        self._notify()
         await worker.kill()
         self._refill()
+
+    def _forget(self, spec: SandboxSpec) -> None:
+        self._live = {w for w in self._live if w.spec is not spec}
+        self._release(spec)
 
     def _discard(self, worker: Worker) -> None:
         if self._tg is not None:
@@ -245,42 +307,72 @@ class WorkerPool:
             self._refill()
 
     async def aclose(self) -> None:
+        """Kill every worker of this pool: idle, busy, starting or on its way back."""
         self._closed = True
-        while self._ready:
-            await self._ready.popleft().kill()
+        self._ready.clear()
+        with anyio.CancelScope(shield=True):
+            for worker in list(self._live):
+                await worker.kill()
 
     @property
     def warm(self) -> int:
         return len(self._ready)
 
+    @property
+    def idle_workers(self) -> list[Worker]:
+        return list(self._ready)
+
 
 class ProcessRunner:
-    """A runner whose code runs in a worker process from a ``WorkerPool``."""
+    """A runner whose code runs in worker processes, one warm pool per profile."""
 
     name = "process"
     languages: tuple[str, ...] = ("python",)
     stub_language = "python"
-    isolation = "process"
-    host_pids = True
-    """Whether a pid the worker reports is valid on the host (false inside a pid namespace)."""
 
-    def __init__(self, argv: Sequence[str], *, pool_size: int, workspace_root: Path | None) -> None:
-        self._pool = WorkerPool(argv, size=pool_size, workspace_root=workspace_root, label=self.name)
+    def __init__(self, launcher: Launcher, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
+        self.sandbox = sandbox
+        self._launcher = launcher
+        self._pool_size = pool_size
+        self._default_profile = default_profile
+        self._pools: dict[Profile, WorkerPool] = {}
+        self._stubs: StubBundle | None = None
         self._tg: TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
     @property
+    def isolation(self) -> str:
+        return self.sandbox.isolation
+
+    @property
     def pool(self) -> WorkerPool:
-        return self._pool
+        """The pool of the default profile."""
+        return self._pool_for(self._default_profile)
+
+    def _pool_for(self, profile: Profile) -> WorkerPool:
+        pool = self._pools.get(profile)
+        if pool is None:
+            size = self._pool_size if profile == self._default_profile else min(self._pool_size, 1)
+            pool = WorkerPool(
+                self._launcher, size=size, label=f"{self.name} {profile}", profile=profile, release=self.sandbox.release
+            )
+            if self._stubs is not None:
+                pool.set_stubs(self._stubs)
+            self._pools[profile] = pool
+            if self._tg is not None:
+                self._tg.start_soon(pool.start, self._tg)
+        return pool
 
     async def start(self) -> None:
         stack = contextlib.AsyncExitStack()
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         self._stack = stack
-        await self._pool.start(self._tg)
+        for pool in [self._pool_for(self._default_profile), *self._pools.values()]:
+            await pool.start(self._tg)
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        for pool in self._pools.values():
+            await pool.aclose()
         if self._stack is not None:
             assert self._tg is not None
             self._tg.cancel_scope.cancel()
@@ -288,7 +380,12 @@ class ProcessRunner:
             await stack.aclose()
 
     def set_stubs(self, stubs: StubBundle) -> None:
-        self._pool.set_stubs(stubs)
+        self._stubs = stubs
+        for pool in self._pools.values():
+            pool.set_stubs(stubs)
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        return Profile(network=request.allow_network)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         message: dict[str, Any] = {
@@ -298,13 +395,15 @@ class ProcessRunner:
             "namespaces": list(request.stubs.namespaces),
             "imports": list(request.authorized_imports),
             "version": request.stubs.version,
+            "limits": self.sandbox.limits.for_run(request.timeout),
         }
         if worker.stubs_version != request.stubs.version:
             message["stubs"] = request.stubs.source
         return message
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
-        worker = await self._pool.acquire()
+        pool = self._pool_for(self.profile_for(request))
+        worker = await pool.acquire()
         output: list[str] = []
         kept = 0
         started = time.perf_counter()
@@ -317,7 +416,7 @@ class ProcessRunner:
                 while outcome is None:
                     message = await worker.receive()
                     if message is None:
-                        outcome = await self._died(worker)
+                        outcome = await self._died(worker, None)
                         break
                     op = message.get("op")
                     if op == "output":
@@ -331,10 +430,13 @@ class ProcessRunner:
                         await worker.send({"op": "result", "id": message.get("id"), **reply})
                     elif op == "started":
                         pid = message.get("pid")
-                        worker.child_pid = pid if isinstance(pid, int) and self.host_pids else None
+                        worker.child_pid = pid if isinstance(pid, int) else None
                     elif op == "done":
                         outcome = self._done(message)
                         clean = True
+                    elif op == "exit":
+                        outcome = await self._died(worker, str(message.get("status")))
+                        clean = True  # the zygote survived its child and will say ready
             if outcome is None:
                 outcome = RunOutcome(
                     success=False,
@@ -343,13 +445,13 @@ class ProcessRunner:
         except RunnerError as exc:
             outcome = RunOutcome(success=False, error=ErrorInfo("RunnerError", str(exc)))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            outcome = await self._died(worker)
+            outcome = await self._died(worker, None)
         finally:
             if not clean:
                 # Kill now, before answering: nothing the script started may outlive its run.
                 with anyio.CancelScope(shield=True):
                     await worker.kill()
-            self._pool.release(worker, clean=clean)
+            pool.release(worker, clean=clean)
         outcome.duration = time.perf_counter() - started
         outcome.output = "".join(output)
         if kept >= request.max_output or outcome.truncated:
@@ -358,6 +460,8 @@ class ProcessRunner:
 
     def _done(self, message: dict[str, Any]) -> RunOutcome:
         error = message.get("error")
+        if isinstance(error, dict) and error.get("type") == "MemoryError" and not error.get("message"):
+            error["message"] = f"out of memory: a run may use {self.sandbox.limits.memory_mb} MB"
         return RunOutcome(
             success=bool(message.get("success")),
             return_value=message.get("returnValue"),
@@ -377,18 +481,34 @@ class ProcessRunner:
             else None,
         )
 
-    async def _died(self, worker: Worker) -> RunOutcome:
-        with anyio.move_on_after(2):
-            await worker.process.wait()
-        code = worker.process.returncode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+    async def _died(self, worker: Worker, status: str | None) -> RunOutcome:
+        if status is None:
+            with anyio.move_on_after(2):
+                await worker.process.wait()
+            code = worker.process.returncode
+            status = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            message = f"the worker process ended ({status}) before the run finished"
+        else:
+            message = f"the script's process ended ({status}) before the run finished"
         detail = worker.stderr_tail()
-        message = f"the worker process {how} before the run finished"
         if detail:
             message += f": {detail[-1500:]}"
         return RunOutcome(success=False, error=ErrorInfo("WorkerDied", message))
 
 
 def python_worker_argv(kind: str, preload: Sequence[str] = ()) -> list[str]:
+    """The worker script and its arguments (the sandbox adds the interpreter and its own flags)."""
     worker = Path(__file__).with_name("worker.py")
-    return [sys.executable, "-I", str(worker), kind, ",".join(preload)]
+    return [str(worker), kind, "--preload", ",".join(preload)]
+
+
+def python_launcher(kind: str, sandbox: Sandbox, preload: Sequence[str] = ()) -> Launcher:
+    argv = python_worker_argv(kind, preload)
+
+    def launch(profile: Profile) -> SandboxSpec:
+        return sandbox.spec(argv, profile)
+
+    return launch
+
+
+__all__ = ["Launcher", "ProcessRunner", "Worker", "WorkerPool", "plain_launcher", "python_launcher"]

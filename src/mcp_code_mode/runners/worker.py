@@ -1,27 +1,34 @@
-"""The worker program of the ``local`` runner: a zygote that forks one fresh child per run.
+"""The worker program of the ``local`` and ``cpython`` runners: a zygote that forks one child per run.
 
-It is started as a plain script (``python -I worker.py local``), imports only the standard library
-and smolagents' interpreter, and talks to the host over JSON lines on duplicates of its original
-stdin and stdout (see ``mcp_code_mode.bridge``); fds 0 and 1 are pointed at /dev/null, so nothing a
-script prints can be mistaken for a message.
+It is started as a plain script (``python -I worker.py KIND ...``, under bubblewrap where it can
+run), imports only the standard library (and, for ``local``, smolagents' interpreter), and talks to
+the host over JSON lines on duplicates of its original stdin and stdout (see ``mcp_code_mode.bridge``);
+fds 0 and 1 are pointed at /dev/null, so nothing a script writes can be mistaken for a message.
 
-The zygote never runs a script. For each ``run`` it compiles the stubs if they changed, forks, and
-waits: the child (a new session) runs the script with a copy-on-write copy of the warm interpreter,
-reports ``started`` and ``done`` itself, and exits. The zygote then kills whatever the child left in
-its process group, wipes the workspace and says ``ready`` again. So every run starts from the same
-pristine state in ~1 ms, instead of paying interpreter start-up.
+The zygote never runs a script. It drops to its sandbox uid first (``--drop``), makes itself
+undumpable, then waits. For each ``run`` it compiles the stubs if they changed and forks: the child
+(a new session) applies the run's rlimits, runs the script with a copy-on-write copy of the warm
+interpreter, reports ``started`` and ``done`` itself, and exits. The zygote then kills everything the
+run left (every process of its uid inside the sandbox's pid namespace, or the child's process group
+without one), reports ``exit``, wipes the workspace and /tmp, and says ``ready`` again. So every run
+starts from the same pristine state in about a millisecond instead of paying interpreter start-up.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import builtins
 import importlib
+import io
 import json
 import os
 import shutil
+import signal
+import stat
 import sys
 import time
+import traceback
 from typing import Any
 
 CHUNK_CHARS = 8192
@@ -83,8 +90,13 @@ class Channel:
         return reply.get("value")
 
 
-class Output:
-    """Printed text: kept up to a cap, sent to the host in chunks as it is printed."""
+class Output(io.TextIOBase):
+    """Printed text: kept up to a cap, sent to the host in chunks as it is printed.
+
+    It is also the script's ``sys.stdout`` and ``sys.stderr`` under the cpython runner.
+    """
+
+    encoding = "utf-8"
 
     def __init__(self, channel: Channel, cap: int) -> None:
         self._channel = channel
@@ -95,8 +107,15 @@ class Output:
         self._last_flush = time.monotonic()
         self.dropped = 0
 
-    def write(self, text: str) -> int:
-        text = str(text)
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
+        if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         room = self._cap - self._used
         if room <= 0:
             self.dropped += len(text)
@@ -112,10 +131,10 @@ class Output:
         return len(text)
 
     def __iadd__(self, text: str) -> Output:  # smolagents' print does `state["_print_outputs"] += text`
-        self.write(text)
+        self.write(str(text))
         return self
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
         if self._pending:
             self._channel.send({"op": "output", "data": "".join(self._pending)})
             self._pending, self._pending_chars = [], 0
@@ -125,12 +144,15 @@ class Output:
         return ""
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any, cap: int) -> tuple[Any, bool]:
+    """The value as JSON (else its repr), and whether it had to be cut to ``cap`` characters."""
     try:
-        json.dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        value = text = repr(value)
+    if len(text) <= cap:
+        return value, False
+    return text[:cap], True
 
 
 def _error(exc: BaseException, line: int | None, traceback: str | None = None) -> dict[str, Any]:
@@ -199,9 +221,9 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
         for node in tree.body:
             value = lpe.evaluate_ast(node, state, static_tools, custom_tools, imports)
         returned = value if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        return {"success": True, "returnValue": _jsonable(returned)}
+        return {"success": True, "value": returned}
     except _FinalAnswer as answer:
-        return {"success": True, "returnValue": _jsonable(answer.value)}
+        return {"success": True, "value": answer.value}
     except Exception as exc:  # the script's own error: reported, not raised
         line = getattr(exc, "_cm_line", None)
         source = code.splitlines()[line - 1].strip() if line and line <= len(code.splitlines()) else None
@@ -216,6 +238,150 @@ def _syntax_error(exc: SyntaxError) -> dict[str, Any]:
         "line": exc.lineno,
         "traceback": (exc.text or "").rstrip() or None,
     }
+
+
+# --- the cpython runner: the script is plain Python ----------------------------------------------
+
+
+def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, Any]:
+    import asyncio
+    import inspect
+
+    try:
+        tree = ast.parse(code, "<script>")
+    except SyntaxError as exc:
+        return {"success": False, "error": _syntax_error(exc)}
+    last: ast.Expression | None = None
+    if tree.body and isinstance(final := tree.body[-1], ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final.value)
+
+    def final_answer(value: Any = None) -> Any:
+        raise _FinalAnswer(value)
+
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
+    namespace.update(ToolError=ToolError, final_answer=final_answer)
+    sys.stdout = sys.stderr = output  # type: ignore[assignment]
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    try:
+        body = eval(compile(tree, "<script>", "exec", flags=flags), namespace)
+        if inspect.iscoroutine(body):
+            asyncio.run(body)
+        value = eval(compile(last, "<script>", "eval", flags=flags), namespace) if last is not None else None
+        if inspect.iscoroutine(value):
+            value = asyncio.run(value)
+        return {"success": True, "value": value}
+    except _FinalAnswer as answer:
+        return {"success": True, "value": answer.value}
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return {"success": True, "value": None}
+        return {"success": False, "error": _error(exc, _script_line(exc), f"exit status {exc.code!r}")}
+    except BaseException as exc:  # the script's own error, whatever it is: reported, not raised
+        return {"success": False, "error": _error(exc, _script_line(exc), _script_traceback(exc, code))}
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
+def _script_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<script>"]
+
+
+def _script_line(exc: BaseException) -> int | None:
+    frames = _script_frames(exc)
+    return frames[-1].lineno if frames else None
+
+
+def _script_traceback(exc: BaseException, code: str) -> str | None:
+    lines = code.splitlines()
+    out = []
+    for frame in _script_frames(exc):
+        lineno = frame.lineno or 0
+        source = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+        where = "" if frame.name == "<module>" else f", in {frame.name}"
+        out.append(f"  line {lineno}{where}: {source}")
+    if not out:
+        return None
+    return "Traceback (script lines):\n" + "\n".join(out) + f"\n{type(exc).__name__}: {exc}"
+
+
+# --- privileges and limits --------------------------------------------------------------------
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become ``uid``/``gid`` for good: no groups, no capabilities, no way back, no new privileges."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SystemExit("the sandbox could not drop privileges")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        pass
+    else:
+        raise SystemExit("the sandbox could regain root: refusing to run")
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS: setuid binaries and file capabilities stay inert
+
+
+def apply_limits(limits: dict[str, int]) -> None:
+    import resource
+
+    names = {
+        "as": resource.RLIMIT_AS,
+        "cpu": resource.RLIMIT_CPU,
+        "fsize": resource.RLIMIT_FSIZE,
+        "nofile": resource.RLIMIT_NOFILE,
+        "nproc": resource.RLIMIT_NPROC,
+    }
+    for key, value in limits.items():
+        if key in names and value > 0:
+            resource.setrlimit(names[key], (value, value))
+
+
+def _wipe(directory: str) -> None:
+    """Remove everything in ``directory``, including what a script made unwritable."""
+
+    def retry(function: Any, path: str, _: Any) -> None:
+        try:
+            os.chmod(os.path.dirname(path), stat.S_IRWXU)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, stat.S_IRWXU)
+            function(path)
+        except OSError:
+            pass
+
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        path = os.path.join(directory, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, onerror=retry)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _exit_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exit code {os.WEXITSTATUS(status)}"
 
 
 # --- main loop: a zygote that forks one child per run ------------------------------------------
@@ -238,10 +404,14 @@ def _import_interpreter() -> None:
     importlib.import_module("smolagents.local_python_executor")
 
 
-def _child(channel: Channel, message: dict[str, Any], stub_namespace: dict[str, Any], workspace: str) -> None:
+def _child(channel: Channel, kind: str, message: dict[str, Any], stubs: dict[str, Any], workspace: str) -> None:
     """Run one script in this freshly forked process, report it, and exit."""
     os.setsid()
     channel.send({"op": "started", "pid": os.getpid()})
+    limits = message.get("limits")
+    if isinstance(limits, dict):
+        apply_limits({str(k): int(v) for k, v in limits.items()})
+    os.chdir(workspace)
     output = Output(channel, int(message.get("max_output", 100_000)))
     channel.output = output
 
@@ -249,11 +419,16 @@ def _child(channel: Channel, message: dict[str, Any], stub_namespace: dict[str, 
         """Call any tool by its server and tool names."""
         return channel.call(server, tool, {} if arguments is None else arguments)
 
-    tools = {name: stub_namespace[name] for name in message.get("namespaces", []) if name in stub_namespace}
+    tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
-    result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
+    if kind == "cpython":
+        result = run_cpython(message["code"], tools, output)
+    else:
+        result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
+    cap = int(message.get("max_output", 100_000))
+    result["returnValue"], cut = _jsonable(result.pop("value", None), cap)
     output.flush()
-    result["dropped"] = output.dropped
+    result["dropped"] = output.dropped + (1 if cut else 0)
     result["files"] = _list_files(workspace)
     channel.send({"op": "done", **result})
 
@@ -273,27 +448,36 @@ def _list_files(workspace: str, limit: int = 200) -> list[dict[str, Any]]:
     return files
 
 
-def _wipe(directory: str) -> None:
-    for entry in os.listdir(directory):
-        path = os.path.join(directory, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="worker.py")
+    parser.add_argument("kind", nargs="?", default="local", choices=["local", "cpython"])
+    parser.add_argument("--preload", default="", help="modules to import before the first run")
+    parser.add_argument("--workspace", default=None, help="the run's working directory")
+    parser.add_argument("--sys-path", default="", help="directories to put on sys.path (':'-separated)")
+    parser.add_argument("--drop", default=None, help="UID:GID to become before anything else")
+    parser.add_argument("--pidns", action="store_true", help="in a pid namespace: clean up with kill(-1)")
+    parser.add_argument("--probe", action="store_true", help="check the sandbox works, print sandbox-ok, exit")
+    return parser.parse_args()
 
 
 def main() -> None:
-    kind = sys.argv[1] if len(sys.argv) > 1 else "local"
-    preload = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else []
-    channel = Channel()
-    workspace = os.path.realpath(os.getcwd())
-    if kind == "local":
+    args = _arguments()
+    if args.drop:
+        uid, gid = (int(part) for part in args.drop.split(":"))
+        drop_privileges(uid, gid)
+    if args.pidns:
+        _prctl(4, 0)  # PR_SET_DUMPABLE=0: a run (same uid) cannot ptrace or read this zygote's memory
+    for path in reversed([p for p in args.sys_path.split(":") if p]):
+        sys.path.insert(0, path)
+    if args.kind == "local":
         _import_interpreter()
         _patch_line_tracking()
-    for name in preload:
+    if args.probe:
+        print("sandbox-ok", os.getuid())
+        return
+    channel = Channel()
+    workspace = os.path.realpath(args.workspace or os.getcwd())
+    for name in [n for n in args.preload.split(",") if n]:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -323,15 +507,24 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                _child(channel, message, stub_namespace, workspace)
+                _child(channel, args.kind, message, stub_namespace, workspace)
             finally:
                 os._exit(0)
-        os.waitpid(pid, 0)
-        try:
-            os.killpg(pid, 9)  # whatever the script left running in its process group
-        except (ProcessLookupError, PermissionError):
-            pass
+        _, status = os.waitpid(pid, 0)
+        if args.pidns:
+            try:
+                os.kill(-1, signal.SIGKILL)  # everything of this uid in the sandbox, except this zygote
+            except ProcessLookupError:
+                pass
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        channel.send({"op": "exit", "status": _exit_status(status)})
         _wipe(workspace)
+        if args.pidns:
+            _wipe("/tmp")
         channel.send({"op": "ready", "pid": os.getpid()})
 
 

