@@ -124,8 +124,21 @@ class Settings(BaseModel):
     """Processes and threads of a sandbox user (RLIMIT_NPROC; not enforced for root, see SECURITY.md)."""
     limit_workspace_mb: int = Field(default=256, ge=1)
     """Size of a sandboxed run's workspace and of its /tmp (tmpfs), in MiB."""
+    cache_dir: Path | None = None
+    """Where package environments (and other caches) are kept. Default: $XDG_CACHE_HOME/mcp-code-mode."""
+    allowed_packages: Path | None = None
+    """The package whitelist (JSON). Default: the allowed_packages.json shipped with the package."""
+    install_timeout: float = Field(default=300.0, gt=0)
+    """Seconds an install of packages may take; it does not count against the run's timeout."""
 
-    @field_validator("config", "workspace_dir", mode="before")
+    def cache_root(self) -> Path:
+        """``cache_dir``, else ``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "mcp-code-mode"
+
+    @field_validator("config", "workspace_dir", "cache_dir", "allowed_packages", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

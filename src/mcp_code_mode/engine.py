@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .bridge import ToolDispatcher
 from .config import CodeModeConfig
 from .downstream.pool import ToolPool
-from .errors import UnsupportedError
+from .errors import PackageError, UnsupportedError
+from .packages import Environment, PythonEnvironments, Whitelist, validate_python
 from .runners import LANGUAGE_ALIASES, build_runners, default_runner
 from .runners.base import Runner, RunRequest, StubBundle
 from .runners.local import SAFE_IMPORTS
@@ -55,7 +56,9 @@ class RunResult(BaseModel):
     return_value: Any = Field(default=None, alias="returnValue")
     """The last expression's value or ``final_answer(x)``; JSON where possible, else its repr."""
     execution_time: int = Field(default=0, alias="executionTime")
-    """Milliseconds, end to end on the server."""
+    """Milliseconds the run took (the script, its tool calls and its worker), not counting installs."""
+    install_time: int = Field(default=0, alias="installTime")
+    """Milliseconds spent installing (or waiting for) the run's packages; 0 when they were cached."""
     language: str = "python"
     runner: str = "local"
     cached: bool = False
@@ -80,6 +83,8 @@ class CodeMode:
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
         self.sandbox = Sandbox.detect(settings)
+        self.whitelist = Whitelist.load(settings.allowed_packages)
+        self.environments = PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
         self.runners: dict[str, Runner] = build_runners(settings, self.sandbox)
         self._index: StubIndex | None = None
         self._bundles: dict[str, StubBundle] = {}
@@ -205,11 +210,18 @@ class CodeMode:
         lang, chosen = self.resolve_runner(language, runner)
         network = allow_networking and settings.allow_network
         self._check_isolation(chosen, network)
-        if packages:
-            raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
+        requirements = self._validate_packages(lang, packages or [])
+        common = {"language": lang, "runner": chosen.name, "hash": script_hash(lang, chosen.name, code, requirements)}
+        environment: Environment | None = None
+        if requirements:
+            try:
+                environment = await self.environments.ensure(chosen.name, requirements)
+            except PackageError as exc:
+                error = {"type": "PackageInstallError", "message": str(exc)}
+                return RunResult.model_validate({"success": False, "error": error, **common})
         bundle = self.bundle(chosen.stub_language)
         request = RunRequest(
             code=code,
@@ -218,26 +230,39 @@ class CodeMode:
             max_output=settings.max_output_chars,
             stubs=bundle,
             allow_network=network,
-            authorized_imports=SAFE_IMPORTS,
+            authorized_imports=SAFE_IMPORTS + self.whitelist.imports_for(requirements),
+            environment=str(environment.path) if environment else None,
+            preload=self.whitelist.imports_for(requirements),
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
         outcome = await chosen.run(request, dispatcher)
         return RunResult.model_validate(
             {
+                **common,
+                "installTime": round(environment.seconds * 1000) if environment and environment.installed else 0,
                 "success": outcome.success,
                 "output": outcome.output,
                 "error": outcome.error.to_json() if outcome.error else None,
                 "returnValue": outcome.return_value,
                 "executionTime": round(outcome.duration * 1000),
-                "language": lang,
-                "runner": chosen.name,
                 "cached": False,
-                "hash": script_hash(lang, chosen.name, code, packages or []),
                 "toolCalls": len(dispatcher.calls),
                 "truncated": outcome.truncated,
                 "files": [{"path": f.path, "size": f.size} for f in outcome.files],
             }
         )
+
+    def _validate_packages(self, language: str, packages: list[str]) -> list[str]:
+        """Validated, normalized requirements for a language; ``PackageError`` names a bad entry."""
+        if not packages:
+            return []
+        if language == "python":
+            return validate_python(packages, self.whitelist)
+        raise UnsupportedError(f"packages are not supported for {language} yet")
+
+    def allowed_packages(self, language: str = "all") -> dict[str, Any]:
+        """The whitelist for ``list_allowed_packages``."""
+        return {"source": self.whitelist.source, **self.whitelist.listing(language)}
 
     def _check_isolation(self, runner: Runner, network: bool) -> None:
         if runner.isolation != "process":
@@ -292,5 +317,6 @@ class CodeMode:
                 for r in self.runners.values()
                 if lang in r.languages
             ]
-            out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": None})
+            manager = {"python": "uv (whitelisted PyPI wheels)"}.get(lang)
+            out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": manager})
         return out

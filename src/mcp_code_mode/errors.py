@@ -7,6 +7,7 @@ Every error the package raises on purpose derives from one base class::
     ├── DownstreamError        a downstream MCP server could not be started or reached
     │   └── ServerUnavailable  the server is disabled, failed to start, or died mid-call
     ├── UnsupportedError       a language, runner or feature this build does not offer (yet)
+    ├── PackageError           a package request that is not allowed, or an install that failed
     └── RunnerError            a runner could not start or talk to its worker process
 
 A failing *script* is not an exception: it is a ``RunResult`` with ``success=False``. A failing
@@ -43,6 +44,10 @@ class ServerUnavailable(DownstreamError):
 
 class UnsupportedError(CodeModeError):
     """A language, runner or feature that this build does not offer."""
+
+
+class PackageError(CodeModeError):
+    """A package request that is not allowed (the message names the entry), or an install that failed."""
 
 
 class RunnerError(CodeModeError):

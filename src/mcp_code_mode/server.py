@@ -137,7 +137,8 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         language: Annotated[str, Field(description="Language of the code: python.")],
         code: Annotated[str, Field(description="The script to run.")],
         packages: Annotated[
-            list[str] | None, Field(description="Packages to install first (not supported yet: leave empty).")
+            list[str] | None,
+            Field(description='Whitelisted packages to install first, e.g. ["requests", "numpy>=1.26"].'),
         ] = None,
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
@@ -171,6 +172,13 @@ def build_server(engine: CodeMode) -> CodeModeServer:
     def list_supported_languages() -> list[dict[str, Any]]:
         """Languages execute_code accepts, with their runners, each runner's isolation and the package manager."""
         return engine.supported_languages()
+
+    @server.tool(name="list_allowed_packages")
+    def list_allowed_packages(
+        language: Annotated[str, Field(description="python, javascript, typescript, or all.")] = "all",
+    ) -> dict[str, Any]:
+        """The packages execute_code may install (its `packages` parameter), per language. Anything else is refused."""
+        return engine.allowed_packages(language)
 
     @server.tool(name="get_tool_stubs")
     def get_tool_stubs(

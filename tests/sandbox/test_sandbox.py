@@ -10,7 +10,7 @@ import pytest
 from mcp_code_mode.config import Settings
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.errors import UnsupportedError
-from mcp_code_mode.sandbox import Profile, Sandbox
+from mcp_code_mode.sandbox import Profile, Sandbox, sandbox_environment
 from mcp_code_mode.sandbox.bwrap import BwrapSandbox, find_bwrap
 
 from ..conftest import make_config
@@ -42,7 +42,8 @@ def test_the_bwrap_command_binds_nothing_of_home_the_project_or_etc(tmp_path: Pa
         assert not any(s == "/" or s.startswith(project + "/src") or s == project for s in sources)
         assert not any(s.startswith("/home") or s == "/root" or s == "/etc" or s == "/etc/passwd" for s in sources)
         assert "/etc/ld.so.cache" in sources
-        assert spec.env["HOME"] == "/workspace" and "PATH" in spec.env and len(spec.env) < 12
+        assert spec.env == sandbox_environment("/workspace")
+        assert spec.env["HOME"] == "/workspace" and not any(k in spec.env for k in ("USER", "SHELL", "PWD", "TERM"))
     finally:
         sandbox.release(spec)
 

@@ -192,6 +192,9 @@ async def test_the_script_sees_only_an_allow_listed_environment(attacked: CodeMo
         "PYTHONUNBUFFERED",
         "PYTHONHASHSEED",
         "PWD",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
     }
     assert env["HOME"] == "/workspace"
 

@@ -28,6 +28,10 @@ class RunRequest:
     stubs: StubBundle
     allow_network: bool = False
     authorized_imports: tuple[str, ...] = ()
+    environment: str | None = None
+    """A package environment (host directory) the sandbox mounts for this run."""
+    preload: tuple[str, ...] = ()
+    """Modules of that environment worth importing before the run (in the warm worker)."""
 
 
 @dataclass

@@ -385,7 +385,7 @@ class ProcessRunner:
             pool.set_stubs(stubs)
 
     def profile_for(self, request: RunRequest) -> Profile:
-        return Profile(network=request.allow_network)
+        return Profile(network=request.allow_network, environment=request.environment, preload=request.preload)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         message: dict[str, Any] = {

@@ -195,6 +195,21 @@ def _patch_line_tracking() -> None:
 
     lpe.evaluate_ast = evaluate_ast
 
+    # smolagents copies a module's attributes (recursively) on every import, which takes over a second
+    # for numpy or pandas. The copy depends only on the module, so make it once, in the zygote.
+    copy_module = lpe.get_safe_module
+    copies: dict[int, Any] = {}
+
+    def get_safe_module(raw_module: Any, authorized_imports: Any, visited: Any = None) -> Any:
+        if visited is not None:
+            return copy_module(raw_module, authorized_imports, visited)
+        key = id(raw_module)
+        if key not in copies:
+            copies[key] = copy_module(raw_module, authorized_imports)
+        return copies[key]
+
+    lpe.get_safe_module = get_safe_module
+
 
 def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, imports: list[str]) -> dict[str, Any]:
     from smolagents import local_python_executor as lpe
@@ -451,9 +466,9 @@ def _list_files(workspace: str, limit: int = 200) -> list[dict[str, Any]]:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="worker.py")
     parser.add_argument("kind", nargs="?", default="local", choices=["local", "cpython"])
-    parser.add_argument("--preload", default="", help="modules to import before the first run")
+    parser.add_argument("--preload", action="append", default=[], help="modules to import before the first run")
     parser.add_argument("--workspace", default=None, help="the run's working directory")
-    parser.add_argument("--sys-path", default="", help="directories to put on sys.path (':'-separated)")
+    parser.add_argument("--sys-path", action="append", default=[], help="directories to put on sys.path")
     parser.add_argument("--drop", default=None, help="UID:GID to become before anything else")
     parser.add_argument("--pidns", action="store_true", help="in a pid namespace: clean up with kill(-1)")
     parser.add_argument("--probe", action="store_true", help="check the sandbox works, print sandbox-ok, exit")
@@ -467,7 +482,7 @@ def main() -> None:
         drop_privileges(uid, gid)
     if args.pidns:
         _prctl(4, 0)  # PR_SET_DUMPABLE=0: a run (same uid) cannot ptrace or read this zygote's memory
-    for path in reversed([p for p in args.sys_path.split(":") if p]):
+    for path in reversed([p for entry in args.sys_path for p in entry.split(":") if p]):
         sys.path.insert(0, path)
     if args.kind == "local":
         _import_interpreter()
@@ -477,11 +492,15 @@ def main() -> None:
         return
     channel = Channel()
     workspace = os.path.realpath(args.workspace or os.getcwd())
-    for name in [n for n in args.preload.split(",") if n]:
+    for name in [n for entry in args.preload for n in entry.split(",") if n]:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except ImportError:
-            pass
+            continue
+        if args.kind == "local":
+            from smolagents import local_python_executor as lpe
+
+            lpe.get_safe_module(module, [])
 
     stub_namespace: dict[str, Any] = {}
     stub_version: int | None = None

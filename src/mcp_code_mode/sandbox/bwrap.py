@@ -16,6 +16,8 @@ from .core import SANDBOX_WORKSPACE, Profile, Sandbox, SandboxSpec, UidSlots, is
 SANDBOX_LIB = "/sandbox/lib"
 """Where the runner's own packages (smolagents and what it imports) appear inside the sandbox."""
 SANDBOX_WORKER = "/sandbox/worker.py"
+SANDBOX_ENV = "/sandbox/env"
+"""Where a run's package environment appears inside the sandbox."""
 
 # Packages the local runner's worker imports from site-packages (checked by a test against the worker).
 RUNNER_PACKAGES = ("smolagents", "jinja2", "markupsafe")
@@ -135,8 +137,11 @@ class BwrapSandbox(Sandbox):
         argv += self._system_binds(profile)
         argv += self._python_binds()
         argv += ["--ro-bind", worker, SANDBOX_WORKER]
+        if profile.environment:
+            argv += ["--ro-bind", profile.environment, SANDBOX_ENV]
         argv += ["--chdir", SANDBOX_WORKSPACE, "--", str(self.python), "-I", "-S", SANDBOX_WORKER, *command]
         argv += ["--workspace", SANDBOX_WORKSPACE, "--sys-path", SANDBOX_LIB, "--pidns"]
+        argv += profile.worker_arguments(SANDBOX_ENV if profile.environment else None)
         if self.as_root:
             argv += ["--drop", f"{uid}:{uid}"]
         return argv

@@ -69,6 +69,19 @@ class Profile:
     """What distinguishes one kind of worker sandbox from another."""
 
     network: bool = False
+    environment: str | None = None
+    """A package environment (host directory) mounted read-only and put on ``sys.path``."""
+    preload: tuple[str, ...] = ()
+    """Modules the worker imports before its first run (the environment's packages)."""
+
+    def worker_arguments(self, environment_path: str | None) -> list[str]:
+        """Worker flags for this profile; ``environment_path`` is where the environment appears to it."""
+        argv: list[str] = []
+        if self.preload:
+            argv += ["--preload", ",".join(self.preload)]
+        if environment_path:
+            argv += ["--sys-path", environment_path]
+        return argv
 
 
 @dataclass
@@ -102,6 +115,9 @@ def sandbox_environment(home: str) -> dict[str, str]:
         "PYTHONIOENCODING": "utf-8",
         "PYTHONUNBUFFERED": "1",
         "PYTHONHASHSEED": "random",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
 
 
@@ -157,7 +173,8 @@ class Sandbox:
 
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         workspace = make_workspace(self.settings.workspace_dir)
-        argv = [sys.executable, "-I", *worker_argv, "--workspace", str(workspace)]
+        extra = profile.worker_arguments(profile.environment)
+        argv = [sys.executable, "-I", *worker_argv, "--workspace", str(workspace), *extra]
         return SandboxSpec(argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace)
 
     def release(self, spec: SandboxSpec) -> None:
