@@ -108,8 +108,11 @@ class Worker:
         for pgid in pgids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
+        if self.process.returncode is None:
+            # os.kill, not process.kill(): Popen.send_signal() polls first, which can reap the child
+            # before asyncio's child watcher does (it then logs "Unknown child process").
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
         with anyio.CancelScope(shield=True):  # runs to the end even when the caller is being cancelled
             with anyio.move_on_after(5):
                 await self.process.wait()
