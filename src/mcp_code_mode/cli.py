@@ -26,8 +26,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve the executor over stdio (what MCP clients start)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the executor over stdio (what MCP clients start) or streamable HTTP",
+        description="Serve the executor over stdio (default) or, with --http, over streamable HTTP. "
+        "Over HTTP, clients must send 'Authorization: Bearer $CODE_MODE_AUTH_TOKEN' when that is set; "
+        "listening on a non-loopback --host without a token is refused. Host and Origin headers are "
+        "checked against loopback plus CODE_MODE_HTTP_ALLOWED_HOSTS / _ORIGINS (DNS-rebinding protection).",
+    )
     serve.add_argument("--config", type=Path, help=CONFIG_HELP)
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    serve.add_argument("--host", help="address to listen on with --http (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on with --http (default: 8000)")
+    serve.add_argument("--path", help="path of the MCP endpoint with --http (default: /mcp)")
+    serve.add_argument(
+        "--stateless",
+        action="store_true",
+        help="with --http: no sessions, every request stands alone (for replicas behind a load balancer)",
+    )
 
     run = sub.add_parser("run", help="run a script against the configured servers and print its result")
     run.add_argument("script", type=Path, help="the script file ('-' reads standard input)")
@@ -48,10 +64,17 @@ def _setup_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command is None:
-        _parser().print_help()
+        parser.print_help()
         return 2
+    if args.command == "serve" and not args.http:
+        given = [f"--{name}" for name in ("host", "port", "path") if getattr(args, name) is not None]
+        if args.stateless:
+            given.append("--stateless")
+        if given:
+            parser.error(f"{', '.join(given)} only apply with --http")
     try:
         config = CodeModeConfig.load(args.config)
     except ConfigError as exc:
@@ -60,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(config.settings.log_level if args.command == "serve" else "WARNING")
     try:
         if args.command == "serve":
-            return _serve(config)
+            return _serve(config, args)
         if args.command == "run":
             return anyio.run(_run, config, args)
         if args.command == "stubs":
             return anyio.run(_stubs, config, args.server)
+    except ConfigError as exc:
+        print(f"mcp-code-mode: {exc}", file=sys.stderr)
+        return 2
     except CodeModeError as exc:
         print(f"mcp-code-mode: {exc}", file=sys.stderr)
         return 1
@@ -73,12 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _serve(config: CodeModeConfig) -> int:
-    from .server import build_server
-
+def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
     engine = CodeMode(config)
-    server = build_server(engine)
-    server.run("stdio")
+    if not args.http:
+        from .server import build_server
+
+        build_server(engine).run("stdio")
+        return 0
+    from .http_server import HttpOptions, check_bind, serve_http
+
+    options = HttpOptions(
+        host=args.host or HttpOptions.host,
+        port=HttpOptions.port if args.port is None else args.port,
+        path=args.path or HttpOptions.path,
+        stateless=args.stateless,
+    )
+    check_bind(options, config.settings)
+    anyio.run(serve_http, engine, options)
     return 0
 
 

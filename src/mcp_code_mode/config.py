@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import ConfigError
 
@@ -99,8 +99,19 @@ class Settings(BaseModel):
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
     python_runner: Literal["local"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
+    auth_token: SecretStr | None = None
+    """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``). Required to serve
+    HTTP on an address other than loopback; unused over stdio."""
+    http_allowed_hosts: str = ""
+    """Extra ``Host`` header values the HTTP server accepts, comma-separated (``host``, ``host:port`` or
+    ``host:*``). Loopback names are always accepted; anything else gets 421 (DNS-rebinding protection)."""
+    http_allowed_origins: str = ""
+    """Extra ``Origin`` header values the HTTP server accepts, comma-separated (``scheme://host[:port]``
+    or ``scheme://host:*``). Loopback origins are always accepted; another browser origin gets 403."""
+    progress_interval_ms: int = Field(default=1000, gt=0)
+    """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
 
-    @field_validator("config", "workspace_dir", mode="before")
+    @field_validator("config", "workspace_dir", "auth_token", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

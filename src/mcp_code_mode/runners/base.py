@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..bridge import ToolDispatcher
+
+OutputCallback = Callable[[str], Awaitable[None]]
+"""Receives printed output while a run goes on (see ``RunRequest.on_output``)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,11 @@ class RunRequest:
     stubs: StubBundle
     allow_network: bool = False
     authorized_imports: tuple[str, ...] = ()
+    on_output: OutputCallback | None = None
+    """Called with each chunk of printed output as soon as the runner receives it (a worker sends
+    about every 50 ms while a script prints), in order, and awaited before the runner reads on.
+    Only what is kept (within ``max_output``) is passed. A runner that can only collect output at
+    the end calls it once with everything. ``RunOutcome.output`` still holds the whole output."""
 
 
 @dataclass
