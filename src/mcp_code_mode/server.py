@@ -158,6 +158,11 @@ LOG_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)
 """Severity-ascending."""
 
 
+def _connection_of(ctx: ServerRequestContext[Any]) -> object:
+    # The SDK keeps one Connection per client connection; a request's session is a per-request proxy.
+    return ctx.session._connection
+
+
 class CodeModeServer(MCPServer[Any]):
     """MCPServer whose ``execute_code`` description names the servers connected right now.
 
@@ -179,11 +184,6 @@ class CodeModeServer(MCPServer[Any]):
         """Whether the client of this request wants log messages at ``level`` (all, until it sets a level)."""
         minimum = self._log_levels.get(_connection_of(ctx), LOG_LEVELS[0])
         return LOG_LEVELS.index(level) >= LOG_LEVELS.index(minimum)
-
-
-def _connection_of(ctx: ServerRequestContext[Any]) -> object:
-    # The SDK keeps one Connection per client connection; a request's session is a per-request proxy.
-    return ctx.session._connection
 
     async def list_tools(self) -> list[types.Tool]:
         tools = await super().list_tools()

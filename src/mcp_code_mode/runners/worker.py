@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from typing import Any
 
@@ -55,11 +56,14 @@ class Channel:
         os.dup2(devnull, 1)
         os.close(devnull)
         self._next_id = 0
+        self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
 
     def send(self, message: dict[str, Any]) -> None:
-        self._out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        self._out.flush()
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._send_lock:
+            self._out.write(line)
+            self._out.flush()
 
     def receive(self) -> dict[str, Any]:
         line = self._in.readline()
@@ -84,7 +88,11 @@ class Channel:
 
 
 class Output:
-    """Printed text: kept up to a cap, sent to the host in chunks as it is printed."""
+    """Printed text: kept up to a cap, sent to the host in chunks as it is printed.
+
+    A chunk goes out when it reaches ``CHUNK_CHARS``, and a flusher thread sends whatever is pending
+    every ``FLUSH_SECONDS``, so a line printed before a long sleep or computation arrives at once.
+    """
 
     def __init__(self, channel: Channel, cap: int) -> None:
         self._channel = channel
@@ -92,23 +100,32 @@ class Output:
         self._used = 0
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._last_flush = time.monotonic()
+        self._lock = threading.Lock()
         self.dropped = 0
+
+    def start_flusher(self) -> None:
+        def flush_every_tick() -> None:
+            while True:
+                time.sleep(FLUSH_SECONDS)
+                self.flush()
+
+        threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
 
     def write(self, text: str) -> int:
         text = str(text)
-        room = self._cap - self._used
-        if room <= 0:
-            self.dropped += len(text)
-            return len(text)
-        if len(text) > room:
-            self.dropped += len(text) - room
-            text = text[:room]
-        self._used += len(text)
-        self._pending.append(text)
-        self._pending_chars += len(text)
-        if self._pending_chars >= CHUNK_CHARS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
-            self.flush()
+        with self._lock:
+            room = self._cap - self._used
+            if room <= 0:
+                self.dropped += len(text)
+                return len(text)
+            if len(text) > room:
+                self.dropped += len(text) - room
+                text = text[:room]
+            self._used += len(text)
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self._pending_chars >= CHUNK_CHARS:
+                self._flush_locked()
         return len(text)
 
     def __iadd__(self, text: str) -> Output:  # smolagents' print does `state["_print_outputs"] += text`
@@ -116,10 +133,13 @@ class Output:
         return self
 
     def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
         if self._pending:
             self._channel.send({"op": "output", "data": "".join(self._pending)})
             self._pending, self._pending_chars = [], 0
-        self._last_flush = time.monotonic()
 
     def __str__(self) -> str:
         return ""
@@ -244,6 +264,7 @@ def _child(channel: Channel, message: dict[str, Any], stub_namespace: dict[str, 
     channel.send({"op": "started", "pid": os.getpid()})
     output = Output(channel, int(message.get("max_output", 100_000)))
     channel.output = output
+    output.start_flusher()
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""
