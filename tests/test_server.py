@@ -28,12 +28,12 @@ async def test_a_client_that_sets_a_level_above_info_gets_no_output_logs_until_i
         assert client.server_capabilities.logging is not None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated from 2026-07-28 on
-            await client.set_logging_level("warning")
+            await client.set_logging_level("warning")  # pyright: ignore[reportDeprecated]
         quiet = await client.call_tool("execute_code", {"language": "python", "code": "print('hidden')"})
         assert quiet.structured_content is not None and quiet.structured_content["output"] == "hidden\n"
         assert logs == []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            await client.set_logging_level("info")
+            await client.set_logging_level("info")  # pyright: ignore[reportDeprecated]
         await client.call_tool("execute_code", {"language": "python", "code": "print('shown')"})
         assert [p.data for p in logs] == ["shown\n"]
