@@ -37,3 +37,20 @@ async def test_a_client_that_sets_a_level_above_info_gets_no_output_logs_until_i
             await client.set_logging_level("info")  # pyright: ignore[reportDeprecated]
         await client.call_tool("execute_code", {"language": "python", "code": "print('shown')"})
         assert [p.data for p in logs] == ["shown\n"]
+
+
+async def test_on_the_2026_protocol_output_logs_go_only_to_requests_that_opt_in() -> None:
+    logs: list[object] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    engine = CodeMode(make_config({"fixture": fixture_entry()}, pool_size=1))
+    server = build_server(engine)
+    async with Client(server, logging_callback=on_log) as client:  # mode "auto": the newest protocol
+        await client.call_tool("execute_code", {"language": "python", "code": "print('not asked for')"})
+    assert logs == []
+    engine = CodeMode(make_config({"fixture": fixture_entry()}, pool_size=1))
+    async with Client(build_server(engine), logging_callback=on_log, log_level="info") as client:
+        await client.call_tool("execute_code", {"language": "python", "code": "print('asked for')"})
+    assert logs == ["asked for\n"]

@@ -169,7 +169,7 @@ def _server_fix(config: CodeModeConfig, name: str, error: str) -> str:
     except ConfigError:
         command = shlex.join([entry.command or "", *entry.args])
     if "command not found" in error:
-        return f"install {entry.command!r}, or correct the server's \"command\" in {config.path}"
+        return f'install {entry.command!r}, or correct the server\'s "command" in {config.path}'
     hint = f"run `{command}` by hand to see why it fails"
     if "timed out" in error or "did not start" in error:
         hint += '; if it is only slow, raise its "startupTimeout" in the servers file'
