@@ -195,3 +195,19 @@ def test_configured_hosts_and_origins_are_added_to_loopback() -> None:
     assert security.enable_dns_rebinding_protection
     wildcard = transport_security(HttpOptions(host="0.0.0.0"), Settings())
     assert not any(h.startswith("0.0.0.0") for h in wildcard.allowed_hosts)
+
+
+async def test_the_token_reaches_neither_scripts_nor_downstream_servers_nor_the_log(server: ServerProcess) -> None:
+    async with http_client(server.url, TOKEN) as client:
+        downstream = await client.call_tool(
+            "execute_code", {"language": "python", "code": "fixture.show_env(name='CODE_MODE_AUTH_TOKEN')"}
+        )
+        script = await client.call_tool(
+            "execute_code", {"language": "python", "code": "import os\nos.environ.get('CODE_MODE_AUTH_TOKEN')"}
+        )
+    assert downstream.structured_content is not None and script.structured_content is not None
+    assert downstream.structured_content["returnValue"] == {"result": "<unset>"}, "a downstream server got the token"
+    assert script.structured_content["success"] is False  # the local runner refuses `import os`
+    for result in (downstream, script):
+        assert TOKEN not in json.dumps(result.structured_content)
+    assert TOKEN not in server.log_text()
