@@ -18,7 +18,16 @@ from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.errors import ConfigError
 from mcp_code_mode.http_server import HttpOptions, build_http_app, check_bind, is_loopback, transport_security
 
-from .conftest import ServerProcess, fixture_entry, http_client, http_server, server_env, write_config
+from .conftest import (
+    ServerProcess,
+    alive,
+    child_pids,
+    fixture_entry,
+    http_client,
+    http_server,
+    server_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -211,3 +220,17 @@ async def test_the_token_reaches_neither_scripts_nor_downstream_servers_nor_the_
     for result in (downstream, script):
         assert TOKEN not in json.dumps(result.structured_content)
     assert TOKEN not in server.log_text()
+
+
+def test_a_stateless_server_process_serves_and_stops_on_sigterm_leaving_no_child_behind(config: Path) -> None:
+    with http_server(config, config.with_name("stateless.log"), "--stateless") as running:
+        response = post(running.url, INIT)
+        assert response.status_code == 200 and "mcp-session-id" not in response.headers
+        children = child_pids(running.process.pid)
+        assert children, "the server should have started its downstream server and warm workers"
+        running.stop()  # SIGTERM, as a process manager would
+        # uvicorn shuts down cleanly, then re-raises the signal it caught: -15 is the clean exit here.
+        assert running.process.returncode in (0, -15), running.log_text()
+        assert "Application shutdown complete." in running.log_text()
+    survivors = [pid for pid in children if alive(pid)]
+    assert not survivors, f"left behind: {survivors}"
