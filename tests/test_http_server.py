@@ -142,12 +142,24 @@ async def test_stateless_mode_answers_each_request_without_a_session(config: Pat
             "method": "tools/call",
             "params": {"name": "execute_code", "arguments": {"language": "python", "code": "print(6 * 7)"}},
         }
+        call["params"]["_meta"] = {"progressToken": "p1"}
         response = await http.post(url, json=call, headers=MCP_HEADERS | {"mcp-protocol-version": "2025-11-25"})
         assert response.status_code == 200, response.text
         result = sse_json(response)["result"]
         assert result["structuredContent"]["output"] == "42\n"
         content = [TextContent.model_validate(c) for c in result["content"]]
         assert "42" in content[0].text
+        # Log messages and progress ride the request's own stream, before the result.
+        events = [
+            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
+        ]
+        methods = [event.get("method") for event in events]
+        assert "notifications/message" in methods and "notifications/progress" in methods
+        assert methods.index("notifications/message") < len(methods) - 1
+        log = next(e for e in events if e.get("method") == "notifications/message")
+        assert log["params"]["data"] == "42\n"
+        progress = next(e for e in events if e.get("method") == "notifications/progress")
+        assert progress["params"]["progressToken"] == "p1"
 
 
 def test_a_non_loopback_bind_without_a_token_is_refused_at_start_up(
