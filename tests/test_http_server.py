@@ -136,13 +136,9 @@ async def test_stateless_mode_answers_each_request_without_a_session(config: Pat
         first = await http.post(url, json=INIT, headers=MCP_HEADERS)
         assert first.status_code == 200 and "mcp-session-id" not in first.headers
         # Any replica can answer any request: no initialize, no session id, and the call still runs.
-        call = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "execute_code", "arguments": {"language": "python", "code": "print(6 * 7)"}},
-        }
-        call["params"]["_meta"] = {"progressToken": "p1"}
+        arguments = {"language": "python", "code": "print(6 * 7)"}
+        params = {"name": "execute_code", "arguments": arguments, "_meta": {"progressToken": "p1"}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
         response = await http.post(url, json=call, headers=MCP_HEADERS | {"mcp-protocol-version": "2025-11-25"})
         assert response.status_code == 200, response.text
         result = sse_json(response)["result"]
