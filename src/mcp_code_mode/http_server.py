@@ -153,6 +153,13 @@ async def serve_http(engine: CodeMode, options: HttpOptions) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if options.host.strip("[]") in ("0.0.0.0", "::") and not settings.http_allowed_hosts:
+        print(
+            "mcp-code-mode: listening on every address, but only loopback Host headers are accepted: "
+            "list the names clients use in CODE_MODE_HTTP_ALLOWED_HOSTS (e.g. mcp.example.com,10.0.0.5:*)",
+            file=sys.stderr,
+            flush=True,
+        )
     config = uvicorn.Config(
         app, host=options.host.strip("[]"), port=options.port, log_level=settings.log_level.lower(), lifespan="on"
     )
