@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: install demo test lint typecheck format clean
+.PHONY: install demo test lint typecheck format clean conformance inspector
 
 install: $(PY_STAMP) $(NODE_STAMP)
 
@@ -29,6 +29,14 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# Checks from outside, with Node 22 and the pinned tools installed into .tools/ (not part of `make test`:
+# they need npm on first use and start the server over HTTP).
+conformance: install
+	$(BIN)/python scripts/conformance.py
+
+inspector: install
+	$(BIN)/python scripts/inspector_check.py
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -42,4 +50,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache .tools

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from mcp_code_mode.config import CodeModeConfig, Settings
 from mcp_code_mode.engine import CodeMode
@@ -97,3 +106,78 @@ def child_pids(parent: int) -> set[int]:
             found.add(int(entry.name))
             found |= child_pids(int(entry.name))
     return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A real ``mcp-code-mode serve`` child process."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"servers": servers}), encoding="utf-8")
+    return path
+
+
+def server_env(**settings: str) -> dict[str, str]:
+    """The test process's environment without CODE_MODE_* settings, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_MODE_")}
+    return env | {f"CODE_MODE_{k.upper()}": v for k, v in settings.items()}
+
+
+@contextmanager
+def http_server(config: Path, log: Path, *args: str, **settings: str) -> Generator[ServerProcess]:
+    """Start ``mcp-code-mode serve --http`` on a free loopback port and wait until it answers /healthz."""
+    port = free_port()
+    argv = [sys.executable, "-m", "mcp_code_mode.cli", "serve", "--http", "--port", str(port), "--config", str(config)]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [*argv, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=server_env(**settings)
+        )
+    server = ServerProcess(process, log, f"http://127.0.0.1:{port}/mcp")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the server exited with {process.returncode}:\n{server.log_text()}")
+            try:
+                if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server did not answer within 60 s:\n{server.log_text()}")
+            time.sleep(0.05)  # polling a port: there is no event to wait on
+        yield server
+    finally:
+        server.stop()
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None = None, **options: Any) -> AsyncGenerator[Client]:
+    """A real MCP client over streamable HTTP, sending ``token`` as a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy", **options) as client:
+            yield client

@@ -11,7 +11,7 @@ import pytest
 
 from mcp_code_mode.cli import main
 
-from .conftest import filesystem_entry, fixture_entry
+from .conftest import filesystem_entry, fixture_entry, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,5 +80,51 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for command in ("serve", "run", "stubs"):
+    for command in ("serve", "run", "stubs", "doctor"):
         assert command in out
+
+
+def test_run_streams_printed_output_while_the_script_is_still_running(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('first')\ntime.sleep(3)\nprint('second')\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "mcp_code_mode.cli", "run", str(script), "--config", str(config)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"first\n"
+        assert proc.poll() is None, "the first line came only when the run was over"
+        rest, err = proc.communicate(timeout=120)
+    assert rest == b"second\n"
+    assert proc.returncode == 0
+    assert b"[ok:" in err
+
+
+def test_run_takes_the_language_from_the_extension_unless_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
+    script = tmp_path / "hello.ts"
+    script.write_text("console.log('hi')\n", encoding="utf-8")
+    main(["run", str(script), "--config", str(config), "--json"])
+    captured = capsys.readouterr()
+    # Either a TypeScript runner ran it, or the refusal names the language: never run as Python.
+    assert '"language": "typescript"' in captured.out or "'typescript'" in captured.err
+    script.write_text("print('as python')\n", encoding="utf-8")
+    assert main(["run", str(script), "--language", "python", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == "as python\n"
+
+
+@pytest.mark.parametrize("command", ["serve", "run", "stubs", "doctor"])
+def test_every_help_lists_the_options_the_command_takes(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    expected = {
+        "serve": ["--config", "--http", "--host", "--port", "--path", "--stateless", "CODE_MODE_AUTH_TOKEN"],
+        "run": ["script", "--language", "--runner", "--timeout", "--json", ".ts typescript"],
+        "stubs": ["server", "--language", "--config"],
+        "doctor": ["--config", "Deno", "bubblewrap", "fix"],
+    }[command]
+    for fragment in expected:
+        assert fragment in out, fragment

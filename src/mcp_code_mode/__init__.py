@@ -12,7 +12,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .engine import CodeMode, ErrorDetail, FileEntry, RunResult
+from .engine import CodeMode, ErrorDetail, FileEntry, RunProgress, RunResult
 from .errors import (
     CodeModeError,
     ConfigError,
@@ -29,6 +29,7 @@ __all__ = [
     "DownstreamError",
     "ErrorDetail",
     "FileEntry",
+    "RunProgress",
     "RunResult",
     "RunnerError",
     "ServerUnavailable",

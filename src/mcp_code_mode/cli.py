@@ -26,21 +26,61 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve the executor over stdio (what MCP clients start)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the executor over stdio (what MCP clients start) or streamable HTTP",
+        description="Serve the executor over stdio (default) or, with --http, over streamable HTTP. "
+        "Over HTTP, clients must send 'Authorization: Bearer $CODE_MODE_AUTH_TOKEN' when that is set; "
+        "listening on a non-loopback --host without a token is refused. Host and Origin headers are "
+        "checked against loopback plus CODE_MODE_HTTP_ALLOWED_HOSTS / _ORIGINS (DNS-rebinding protection).",
+    )
     serve.add_argument("--config", type=Path, help=CONFIG_HELP)
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    serve.add_argument("--host", help="address to listen on with --http (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on with --http (default: 8000)")
+    serve.add_argument("--path", help="path of the MCP endpoint with --http (default: /mcp)")
+    serve.add_argument(
+        "--stateless",
+        action="store_true",
+        help="with --http: no sessions, every request stands alone (for replicas behind a load balancer)",
+    )
 
-    run = sub.add_parser("run", help="run a script against the configured servers and print its result")
+    run = sub.add_parser(
+        "run",
+        help="run a script against the configured servers and print its output and errors",
+        description="Run a script with the same runners and tools as execute_code, outside any agent: printed "
+        "output streams to stdout as it is printed; the return value follows, and the error and a summary go to "
+        "stderr. Exit status 0 when the script succeeded, 1 when it failed.",
+    )
     run.add_argument("script", type=Path, help="the script file ('-' reads standard input)")
     run.add_argument("--config", type=Path, help=CONFIG_HELP)
-    run.add_argument("--language", default="python", help="language of the script (default: python)")
+    run.add_argument(
+        "--language",
+        help="language of the script, e.g. python, ts (default: from the file's extension: "
+        + ", ".join(f"{ext} {lang}" for ext, lang in EXTENSIONS.items())
+        + "; else python)",
+    )
     run.add_argument("--runner", help="runner to use (default: the language's default runner)")
-    run.add_argument("--timeout", type=int, help="timeout in milliseconds (default: 30000)")
-    run.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    run.add_argument("--timeout", type=int, help="timeout in milliseconds (default: $CODE_MODE_DEFAULT_TIMEOUT_MS)")
+    run.add_argument("--json", action="store_true", help="print only the whole result, as JSON, at the end")
 
     stubs = sub.add_parser("stubs", help="print the stubs scripts see for the configured servers")
     stubs.add_argument("server", nargs="?", help="only this server")
+    stubs.add_argument("--language", default="python", help="stub language (default: python)")
     stubs.add_argument("--config", type=Path, help=CONFIG_HELP)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="check the config, each server, each runner, Deno, bubblewrap and the cache; print fixes",
+        description="Check the servers file and settings, start each server, run a script through each runner, "
+        "look for Deno and bubblewrap, and check that the cache and workspace folders are writable. Each problem "
+        "is printed with its fix. Exit status 1 when something failed; warnings (optional pieces) leave it 0.",
+    )
+    doctor.add_argument("--config", type=Path, help=CONFIG_HELP)
     return parser
+
+
+EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript"}
 
 
 def _setup_logging(level: str) -> None:
@@ -48,10 +88,22 @@ def _setup_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command is None:
-        _parser().print_help()
+        parser.print_help()
         return 2
+    if args.command == "serve" and not args.http:
+        given = [f"--{name}" for name in ("host", "port", "path") if getattr(args, name) is not None]
+        if args.stateless:
+            given.append("--stateless")
+        if given:
+            parser.error(f"{', '.join(given)} only apply with --http")
+    if args.command == "doctor":
+        from .doctor import diagnose, report
+
+        _setup_logging("CRITICAL")
+        return report(anyio.run(diagnose, args.config), sys.stdout)
     try:
         config = CodeModeConfig.load(args.config)
     except ConfigError as exc:
@@ -60,11 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(config.settings.log_level if args.command == "serve" else "WARNING")
     try:
         if args.command == "serve":
-            return _serve(config)
+            return _serve(config, args)
         if args.command == "run":
             return anyio.run(_run, config, args)
         if args.command == "stubs":
-            return anyio.run(_stubs, config, args.server)
+            return anyio.run(_stubs, config, args.server, args.language)
+    except ConfigError as exc:
+        print(f"mcp-code-mode: {exc}", file=sys.stderr)
+        return 2
     except CodeModeError as exc:
         print(f"mcp-code-mode: {exc}", file=sys.stderr)
         return 1
@@ -73,29 +128,51 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _serve(config: CodeModeConfig) -> int:
-    from .server import build_server
-
+def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
     engine = CodeMode(config)
-    server = build_server(engine)
-    server.run("stdio")
+    if not args.http:
+        from .server import build_server
+
+        build_server(engine).run("stdio")
+        return 0
+    from .http_server import HttpOptions, check_bind, serve_http
+
+    options = HttpOptions(
+        host=args.host or HttpOptions.host,
+        port=HttpOptions.port if args.port is None else args.port,
+        path=args.path or HttpOptions.path,
+        stateless=args.stateless,
+    )
+    check_bind(options, config.settings)
+    anyio.run(serve_http, engine, options)
     return 0
 
 
 async def _run(config: CodeModeConfig, args: argparse.Namespace) -> int:
     code = sys.stdin.read() if str(args.script) == "-" else args.script.read_text(encoding="utf-8")
+    language = args.language or EXTENSIONS.get(args.script.suffix.lower(), "python")
+    printed: list[str] = []
+
+    async def stream(text: str) -> None:
+        printed.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     async with CodeMode(config) as cm:
-        result = await cm.execute(code, args.language, timeout_ms=args.timeout, runner=args.runner)
+        result = await cm.execute(
+            code, language, timeout_ms=args.timeout, runner=args.runner, on_output=None if args.json else stream
+        )
+    if printed and not printed[-1].endswith("\n"):
+        sys.stdout.write("\n")
     _print_result(result, as_json=args.json)
     return 0 if result.success else 1
 
 
 def _print_result(result: RunResult, *, as_json: bool) -> None:
+    """The result after the streamed output: JSON alone, or the return value, the error and a summary."""
     if as_json:
         print(result.model_dump_json(by_alias=True, indent=2))
         return
-    if result.output:
-        sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
     if result.return_value is not None:
         print(json.dumps(result.return_value, indent=2, ensure_ascii=False, default=repr))
     if result.error is not None:
@@ -111,12 +188,12 @@ def _print_result(result: RunResult, *, as_json: bool) -> None:
     )
 
 
-async def _stubs(config: CodeModeConfig, server: str | None) -> int:
+async def _stubs(config: CodeModeConfig, server: str | None, language: str) -> int:
     async with CodeMode(config) as cm:
         for status in cm.pool.servers.values():
             if status.state not in ("ready", "disabled"):
                 print(f"# {status.name}: {status.state}: {status.error}", file=sys.stderr)
-        print(cm.stubs("python", [server] if server else None))
+        print(cm.stubs(language.lower(), [server] if server else None))
     return 0
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import ConfigError
 
@@ -138,7 +138,19 @@ class Settings(BaseModel):
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         return Path(base) / "mcp-code-mode"
 
-    @field_validator("config", "workspace_dir", "cache_dir", "allowed_packages", mode="before")
+    auth_token: SecretStr | None = None
+    """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``). Required to serve
+    HTTP on an address other than loopback; unused over stdio."""
+    http_allowed_hosts: str = ""
+    """Extra ``Host`` header values the HTTP server accepts, comma-separated (``host``, ``host:port`` or
+    ``host:*``). Loopback names are always accepted; anything else gets 421 (DNS-rebinding protection)."""
+    http_allowed_origins: str = ""
+    """Extra ``Origin`` header values the HTTP server accepts, comma-separated (``scheme://host[:port]``
+    or ``scheme://host:*``). Loopback origins are always accepted; another browser origin gets 403."""
+    progress_interval_ms: int = Field(default=1000, gt=0)
+    """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
+
+    @field_validator("config", "workspace_dir", "cache_dir", "allowed_packages", "auth_token", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

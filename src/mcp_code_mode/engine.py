@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from .bridge import ToolDispatcher
@@ -19,7 +23,7 @@ from .downstream.pool import ToolPool
 from .errors import PackageError, UnsupportedError
 from .packages import Environment, PythonEnvironments, Whitelist, validate_python
 from .runners import LANGUAGE_ALIASES, build_runners, default_runner
-from .runners.base import Runner, RunRequest, StubBundle
+from .runners.base import OutputCallback, Runner, RunOutcome, RunRequest, StubBundle
 from .runners.local import SAFE_IMPORTS
 from .sandbox import Sandbox
 from .stubs import RENDERERS, StubIndex, ToolSpec
@@ -67,6 +71,19 @@ class RunResult(BaseModel):
     truncated: bool = False
     files: list[FileEntry] = Field(default_factory=list)
     """Files the script left in its workspace (the workspace is deleted after the run)."""
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run is: reported every ``progress_interval_ms`` while it goes on."""
+
+    elapsed: float
+    """Seconds since the run started; strictly increasing from one report to the next."""
+    tool_calls: int
+    """Tool calls finished so far."""
+
+
+ProgressCallback = Callable[[RunProgress], Awaitable[None]]
 
 
 def script_hash(language: str, runner: str, code: str, packages: list[str]) -> str:
@@ -199,12 +216,19 @@ class CodeMode:
         allow_networking: bool = True,
         description: str | None = None,
         runner: str | None = None,
+        on_output: OutputCallback | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 
         Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
         runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
         ``success=False``.
+
+        ``on_output`` receives printed output as it is printed (the result still holds all of it);
+        ``on_progress`` receives a ``RunProgress`` when the run starts and every
+        ``progress_interval_ms`` until it ends. Cancelling the calling task stops the run: its worker
+        process is killed before ``execute`` returns control.
         """
         settings = self.config.settings
         lang, chosen = self.resolve_runner(language, runner)
@@ -233,9 +257,13 @@ class CodeMode:
             authorized_imports=SAFE_IMPORTS + self.whitelist.imports_for(requirements),
             environment=str(environment.path) if environment else None,
             preload=self.whitelist.imports_for(requirements),
+            on_output=on_output,
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
-        outcome = await chosen.run(request, dispatcher)
+        if on_progress is None:
+            outcome = await chosen.run(request, dispatcher)
+        else:
+            outcome = await self._run_reporting(chosen, request, dispatcher, on_progress)
         return RunResult.model_validate(
             {
                 **common,
@@ -275,6 +303,28 @@ class CodeMode:
                 f"networking cannot be switched off for the {runner.name} runner on this host ({reason}); "
                 "allow networking or use the local runner"
             )
+
+    async def _run_reporting(
+        self, runner: Runner, request: RunRequest, dispatcher: ToolDispatcher, on_progress: ProgressCallback
+    ) -> RunOutcome:
+        """``runner.run`` with a progress report at the start and every ``progress_interval_ms``."""
+        interval = self.config.settings.progress_interval_ms / 1000
+        started = time.monotonic()
+
+        async def report() -> None:
+            while True:
+                await on_progress(RunProgress(time.monotonic() - started, len(dispatcher.calls)))
+                await anyio.sleep(interval)
+
+        outcome: RunOutcome | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report)
+            try:
+                outcome = await runner.run(request, dispatcher)
+            finally:
+                tg.cancel_scope.cancel()
+        assert outcome is not None
+        return outcome
 
     def status(self) -> dict[str, Any]:
         """Connected servers and runners, for discovery tools and the CLI."""

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
+from weakref import WeakKeyDictionary
 
+import anyio
 import mcp_types as types
 from mcp.server import MCPServer
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
 from . import __version__
-from .engine import CodeMode, ErrorDetail, RunResult
+from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
+
+logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
 Code mode: instead of calling tools one by one, write one Python script and run it with execute_code.
@@ -102,12 +113,79 @@ def refused(error: CodeModeError, language: str) -> CallToolResult:
     return to_call_result(result)
 
 
+class RunReporter:
+    """Streams one ``execute_code`` run to its client: printed output as log messages, and progress.
+
+    Output goes out as ``notifications/message`` (level ``info``, logger ``stdout``) as the worker
+    sends it (chunks of about 50 ms). Progress (``notifications/progress``) is sent only when the
+    client's request carried a ``progressToken``: ``progress`` is the elapsed time in seconds and the
+    message names the tool calls made so far. A client that went away only stops the reports; the
+    run goes on (a cancelled request is what stops a run).
+    """
+
+    def __init__(self, ctx: Context, server: CodeModeServer) -> None:
+        self._ctx = ctx
+        self._gone = False
+        self._log = server.logs_at(ctx.request_context, "info")
+
+    async def output(self, text: str) -> None:
+        if self._gone or not self._log or not text:
+            return
+        with warnings.catch_warnings():
+            # The SDK deprecates logging for the 2026-07-28 protocol, where it only delivers what a
+            # request opted into; earlier protocols (what clients speak today) deliver it as before.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            sending = self._ctx.session.send_log_message(  # pyright: ignore[reportDeprecated]
+                level="info", data=text, logger="stdout", related_request_id=self._ctx.request_id
+            )
+        await self._send(sending)
+
+    async def progress(self, progress: RunProgress) -> None:
+        if self._gone:
+            return
+        calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"
+        await self._send(
+            self._ctx.report_progress(progress.elapsed, None, f"running: {progress.elapsed:.1f} s, {calls}")
+        )
+
+    async def _send(self, sending: Any) -> None:
+        try:
+            await sending
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            logger.debug("the client stopped listening; no more reports for this run")
+            self._gone = True
+
+
+LOG_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)
+"""Severity-ascending."""
+
+
+def _connection_of(ctx: ServerRequestContext[Any]) -> object:
+    # The SDK keeps one Connection per client connection; a request's session is a per-request proxy.
+    return ctx.session._connection
+
+
 class CodeModeServer(MCPServer[Any]):
-    """MCPServer whose ``execute_code`` description names the servers connected right now."""
+    """MCPServer whose ``execute_code`` description names the servers connected right now.
+
+    It also answers ``logging/setLevel`` (so it declares the logging capability it uses to stream
+    printed output) and remembers each connection's level.
+    """
 
     def __init__(self, engine: CodeMode, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.engine = engine
+        self._log_levels: WeakKeyDictionary[object, str] = WeakKeyDictionary()
+        self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+
+    async def _set_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
+        self._log_levels[_connection_of(ctx)] = params.level
+        return {}
+
+    def logs_at(self, ctx: ServerRequestContext[Any], level: str) -> bool:
+        """Whether the client of this request wants log messages at ``level`` (all, until it sets a level)."""
+        minimum = self._log_levels.get(_connection_of(ctx), LOG_LEVELS[0])
+        return LOG_LEVELS.index(level) >= LOG_LEVELS.index(minimum)
 
     async def list_tools(self) -> list[types.Tool]:
         tools = await super().list_tools()
@@ -115,8 +193,13 @@ class CodeModeServer(MCPServer[Any]):
         return [t.model_copy(update={"description": description}) if t.name == "execute_code" else t for t in tools]
 
 
-def build_server(engine: CodeMode) -> CodeModeServer:
-    """The MCP server around an engine; the engine is started and stopped with the server's lifespan."""
+def build_server(
+    engine: CodeMode, *, token_verifier: TokenVerifier | None = None, auth: AuthSettings | None = None
+) -> CodeModeServer:
+    """The MCP server around an engine; the engine is started and stopped with the server's lifespan.
+
+    ``token_verifier`` and ``auth`` turn on the SDK's bearer auth for HTTP (see ``http_server``).
+    """
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
@@ -130,6 +213,8 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         log_level=engine.config.settings.log_level,
+        token_verifier=token_verifier,
+        auth=auth,
     )
 
     @server.tool(name="execute_code", description=EXECUTE_CODE_HEAD)
@@ -147,7 +232,9 @@ def build_server(engine: CodeMode) -> CodeModeServer:
             str | None,
             Field(description="Python runner: local (restricted interpreter, the default) or cpython (full Python)."),
         ] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
+        reporter = RunReporter(ctx, server) if ctx is not None else None
         try:
             result = await engine.execute(
                 code,
@@ -157,6 +244,8 @@ def build_server(engine: CodeMode) -> CodeModeServer:
                 allow_networking=allowNetworking,
                 description=description,
                 runner=runner,
+                on_output=reporter.output if reporter else None,
+                on_progress=reporter.progress if reporter else None,
             )
         except CodeModeError as exc:
             return refused(exc, language)

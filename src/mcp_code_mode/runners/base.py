@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..bridge import ToolDispatcher
+
+OutputCallback = Callable[[str], Awaitable[None]]
+"""Receives printed output while a run goes on (see ``RunRequest.on_output``)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,11 @@ class RunRequest:
     """A package environment (host directory) the sandbox mounts for this run."""
     preload: tuple[str, ...] = ()
     """Modules of that environment worth importing before the run (in the warm worker)."""
+    on_output: OutputCallback | None = None
+    """Called with each chunk of printed output as soon as the runner receives it (a worker sends
+    about every 50 ms while a script prints), in order, and awaited before the runner reads on.
+    Only what is kept (within ``max_output``) is passed. A runner that can only collect output at
+    the end calls it once with everything. ``RunOutcome.output`` still holds the whole output."""
 
 
 @dataclass

@@ -426,6 +426,8 @@ class ProcessRunner:
                         data = str(message.get("data", ""))[: max(0, request.max_output - kept)]
                         kept += len(data)
                         output.append(data)
+                        if data and request.on_output is not None:
+                            await request.on_output(data)
                     elif op == "call":
                         reply = await dispatcher.handle(
                             str(message.get("server")), str(message.get("tool")), message.get("arguments")

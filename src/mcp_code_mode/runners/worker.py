@@ -27,6 +27,7 @@ import shutil
 import signal
 import stat
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -62,11 +63,14 @@ class Channel:
         os.dup2(devnull, 1)
         os.close(devnull)
         self._next_id = 0
+        self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
 
     def send(self, message: dict[str, Any]) -> None:
-        self._out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        self._out.flush()
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._send_lock:
+            self._out.write(line)
+            self._out.flush()
 
     def receive(self) -> dict[str, Any]:
         line = self._in.readline()
@@ -93,6 +97,8 @@ class Channel:
 class Output(io.TextIOBase):
     """Printed text: kept up to a cap, sent to the host in chunks as it is printed.
 
+    A chunk goes out when it reaches ``CHUNK_CHARS``, and a flusher thread sends whatever is pending
+    every ``FLUSH_SECONDS``, so a line printed before a long sleep or computation arrives at once.
     It is also the script's ``sys.stdout`` and ``sys.stderr`` under the cpython runner.
     """
 
@@ -104,8 +110,16 @@ class Output(io.TextIOBase):
         self._used = 0
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._last_flush = time.monotonic()
+        self._lock = threading.Lock()
         self.dropped = 0
+
+    def start_flusher(self) -> None:
+        def flush_every_tick() -> None:
+            while True:
+                time.sleep(FLUSH_SECONDS)
+                self.flush()
+
+        threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
 
     def writable(self) -> bool:
         return True
@@ -116,18 +130,19 @@ class Output(io.TextIOBase):
     def write(self, text: str) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
         if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        room = self._cap - self._used
-        if room <= 0:
-            self.dropped += len(text)
-            return len(text)
-        if len(text) > room:
-            self.dropped += len(text) - room
-            text = text[:room]
-        self._used += len(text)
-        self._pending.append(text)
-        self._pending_chars += len(text)
-        if self._pending_chars >= CHUNK_CHARS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
-            self.flush()
+        with self._lock:
+            room = self._cap - self._used
+            if room <= 0:
+                self.dropped += len(text)
+                return len(text)
+            if len(text) > room:
+                self.dropped += len(text) - room
+                text = text[:room]
+            self._used += len(text)
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self._pending_chars >= CHUNK_CHARS:
+                self._flush_locked()
         return len(text)
 
     def __iadd__(self, text: str) -> Output:  # smolagents' print does `state["_print_outputs"] += text`
@@ -135,10 +150,13 @@ class Output(io.TextIOBase):
         return self
 
     def flush(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
         if self._pending:
             self._channel.send({"op": "output", "data": "".join(self._pending)})
             self._pending, self._pending_chars = [], 0
-        self._last_flush = time.monotonic()
 
     def __str__(self) -> str:
         return ""
@@ -429,6 +447,7 @@ def _child(channel: Channel, kind: str, message: dict[str, Any], stubs: dict[str
     os.chdir(workspace)
     output = Output(channel, int(message.get("max_output", 100_000)))
     channel.output = output
+    output.start_flusher()
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""

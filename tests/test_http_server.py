@@ -1,0 +1,244 @@
+"""Streamable HTTP: a real server process, real HTTP requests (auth, Host/Origin checks, stateless mode)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
+
+from mcp_code_mode.cli import main
+from mcp_code_mode.config import CodeModeConfig, Settings
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.errors import ConfigError
+from mcp_code_mode.http_server import HttpOptions, build_http_app, check_bind, is_loopback, transport_security
+
+from .conftest import (
+    ServerProcess,
+    alive,
+    child_pids,
+    fixture_entry,
+    http_client,
+    http_server,
+    server_env,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "correct-horse-battery-staple"
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_config(tmp_path_factory.mktemp("http") / "servers.json", {"fixture": fixture_entry()})
+
+
+@pytest.fixture(scope="module")
+def server(config: Path) -> Iterator[ServerProcess]:
+    with http_server(config, config.with_name("server.log"), auth_token=TOKEN) as running:
+        yield running
+
+
+def post(url: str, body: dict[str, Any], **headers: str) -> httpx2.Response:
+    return httpx2.post(url, json=body, headers=MCP_HEADERS | headers, timeout=30)
+
+
+def sse_json(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a one-event SSE response (or a JSON response)."""
+    if response.headers["content-type"].startswith("application/json"):
+        return response.json()
+    data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return json.loads(data[-1])
+
+
+def test_requests_without_a_token_or_with_a_wrong_one_get_401(server: ServerProcess) -> None:
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+    ):
+        response = post(server.url, INIT, **headers)
+        assert response.status_code == 401, headers
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert "mcp-session-id" not in response.headers
+    assert httpx2.get(server.url, headers={"Accept": "text/event-stream"}, timeout=30).status_code == 401
+    assert httpx2.delete(server.url, timeout=30).status_code == 401
+
+
+def test_the_right_token_initializes_a_session(server: ServerProcess) -> None:
+    response = post(server.url, INIT, Authorization=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response.headers["mcp-session-id"]
+    result = sse_json(response)["result"]
+    assert result["serverInfo"]["name"] == "mcp-code-mode"
+    assert "logging" in result["capabilities"] and "tools" in result["capabilities"]
+
+
+def test_a_foreign_origin_gets_403_and_a_foreign_host_421_even_with_the_token(server: ServerProcess) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert post(server.url, INIT, Origin="http://evil.example", **auth).status_code == 403
+    assert post(server.url, INIT, Origin="http://127.0.0.1.evil.example:8000", **auth).status_code == 403
+    assert post(server.url, INIT, Host="evil.example", **auth).status_code == 421
+    assert post(server.url, INIT, Host="evil.example:80", Origin="http://evil.example", **auth).status_code == 421
+    port = server.url.split(":")[2].split("/")[0]
+    assert post(server.url, INIT, Origin=f"http://localhost:{port}", **auth).status_code == 200
+
+
+def test_a_foreign_origin_without_a_token_learns_nothing_but_401(server: ServerProcess) -> None:
+    response = post(server.url, INIT, Origin="http://evil.example")
+    assert response.status_code == 401
+    assert "serverInfo" not in response.text
+
+
+def test_health_answers_without_a_token_and_reveals_nothing(server: ServerProcess) -> None:
+    response = httpx2.get(server.url.replace("/mcp", "/healthz"), timeout=30)
+    assert response.status_code == 200 and response.text == "ok"
+
+
+async def test_a_real_client_with_the_token_runs_code(server: ServerProcess) -> None:
+    async with http_client(server.url, TOKEN) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert {"execute_code", "get_tool_stubs"} <= tools
+        result = await client.call_tool("execute_code", {"language": "python", "code": "fixture.add(a=2, b=40)"})
+        assert result.structured_content is not None
+        assert result.structured_content["returnValue"] == {"result": 42}
+
+
+async def test_a_client_with_a_wrong_token_cannot_connect(server: ServerProcess) -> None:
+    before = server.log_text().count('"POST /mcp HTTP/1.1" 401')
+    with pytest.raises(ExceptionGroup) as caught:
+        async with http_client(server.url, "wrong"):
+            pytest.fail("connected with a wrong token")
+    assert caught.group_contains(MCPError)
+    assert server.log_text().count('"POST /mcp HTTP/1.1" 401') == before + 1
+
+
+async def test_stateless_mode_answers_each_request_without_a_session(config: Path) -> None:
+    engine = CodeMode(CodeModeConfig.load(config, env=server_env()))
+    app = build_http_app(engine, HttpOptions(stateless=True))
+    transport = httpx2.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx2.AsyncClient(transport=transport) as http:
+        url = "http://127.0.0.1:8000/mcp"
+        first = await http.post(url, json=INIT, headers=MCP_HEADERS)
+        assert first.status_code == 200 and "mcp-session-id" not in first.headers
+        # Any replica can answer any request: no initialize, no session id, and the call still runs.
+        arguments = {"language": "python", "code": "print(6 * 7)"}
+        params = {"name": "execute_code", "arguments": arguments, "_meta": {"progressToken": "p1"}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        response = await http.post(url, json=call, headers=MCP_HEADERS | {"mcp-protocol-version": "2025-11-25"})
+        assert response.status_code == 200, response.text
+        result = sse_json(response)["result"]
+        assert result["structuredContent"]["output"] == "42\n"
+        content = [TextContent.model_validate(c) for c in result["content"]]
+        assert "42" in content[0].text
+        # Log messages and progress ride the request's own stream, before the result.
+        events = [
+            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
+        ]
+        methods = [event.get("method") for event in events]
+        assert "notifications/message" in methods and "notifications/progress" in methods
+        assert methods.index("notifications/message") < len(methods) - 1
+        log = next(e for e in events if e.get("method") == "notifications/message")
+        assert log["params"]["data"] == "42\n"
+        progress = next(e for e in events if e.get("method") == "notifications/progress")
+        assert progress["params"]["progressToken"] == "p1"
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused_at_start_up(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CODE_MODE_AUTH_TOKEN", raising=False)
+    assert main(["serve", "--http", "--host", "0.0.0.0", "--port", "1", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to serve HTTP on 0.0.0.0 without a token" in err and "CODE_MODE_AUTH_TOKEN" in err
+    assert "Traceback" not in err
+
+
+def test_http_options_without_http_are_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", "9000"])
+    assert exited.value.code == 2
+    assert "--port only apply with --http" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.5.5.5", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("example.internal", False),
+    ],
+)
+def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+    options = HttpOptions(host=host)
+    if loopback:
+        check_bind(options, Settings())
+    else:
+        with pytest.raises(ConfigError):
+            check_bind(options, Settings())
+    check_bind(options, Settings.model_validate({"auth_token": TOKEN}))
+
+
+def test_configured_hosts_and_origins_are_added_to_loopback() -> None:
+    settings = Settings(
+        http_allowed_hosts="mcp.example.com, mcp.example.com:*", http_allowed_origins="https://app.example"
+    )
+    security = transport_security(HttpOptions(host="10.1.2.3"), settings)
+    assert {"127.0.0.1:*", "localhost", "10.1.2.3:*", "mcp.example.com", "mcp.example.com:*"} <= set(
+        security.allowed_hosts
+    )
+    assert {"http://localhost:*", "https://app.example"} <= set(security.allowed_origins)
+    assert security.enable_dns_rebinding_protection
+    wildcard = transport_security(HttpOptions(host="0.0.0.0"), Settings())
+    assert not any(h.startswith("0.0.0.0") for h in wildcard.allowed_hosts)
+
+
+async def test_the_token_reaches_neither_scripts_nor_downstream_servers_nor_the_log(server: ServerProcess) -> None:
+    async with http_client(server.url, TOKEN) as client:
+        downstream = await client.call_tool(
+            "execute_code", {"language": "python", "code": "fixture.show_env(name='CODE_MODE_AUTH_TOKEN')"}
+        )
+        script = await client.call_tool(
+            "execute_code", {"language": "python", "code": "import os\nos.environ.get('CODE_MODE_AUTH_TOKEN')"}
+        )
+    assert downstream.structured_content is not None and script.structured_content is not None
+    assert downstream.structured_content["returnValue"] == {"result": "<unset>"}, "a downstream server got the token"
+    assert script.structured_content["success"] is False  # the local runner refuses `import os`
+    for result in (downstream, script):
+        assert TOKEN not in json.dumps(result.structured_content)
+    assert TOKEN not in server.log_text()
+
+
+def test_a_stateless_server_process_serves_and_stops_on_sigterm_leaving_no_child_behind(config: Path) -> None:
+    with http_server(config, config.with_name("stateless.log"), "--stateless") as running:
+        response = post(running.url, INIT)
+        assert response.status_code == 200 and "mcp-session-id" not in response.headers
+        children = child_pids(running.process.pid)
+        assert children, "the server should have started its downstream server and warm workers"
+        running.stop()  # SIGTERM, as a process manager would
+        # uvicorn shuts down cleanly, then re-raises the signal it caught: -15 is the clean exit here.
+        assert running.process.returncode in (0, -15), running.log_text()
+        assert "Application shutdown complete." in running.log_text()
+    survivors = [pid for pid in children if alive(pid)]
+    assert not survivors, f"left behind: {survivors}"

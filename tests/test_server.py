@@ -1,0 +1,56 @@
+"""The MCP layer: logging/setLevel decides which clients get printed output as log messages."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.types import LoggingMessageNotificationParams
+
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.server import build_server
+
+from .conftest import fixture_entry, make_config
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_client_that_sets_a_level_above_info_gets_no_output_logs_until_it_lowers_it() -> None:
+    logs: list[LoggingMessageNotificationParams] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    engine = CodeMode(make_config({"fixture": fixture_entry()}, pool_size=1))
+    async with Client(build_server(engine), mode="legacy", logging_callback=on_log) as client:
+        assert client.server_capabilities.logging is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated from 2026-07-28 on
+            await client.set_logging_level("warning")  # pyright: ignore[reportDeprecated]
+        quiet = await client.call_tool("execute_code", {"language": "python", "code": "print('hidden')"})
+        assert quiet.structured_content is not None and quiet.structured_content["output"] == "hidden\n"
+        assert logs == []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.set_logging_level("info")  # pyright: ignore[reportDeprecated]
+        await client.call_tool("execute_code", {"language": "python", "code": "print('shown')"})
+        assert [p.data for p in logs] == ["shown\n"]
+
+
+async def test_on_the_2026_protocol_output_logs_go_only_to_requests_that_opt_in() -> None:
+    logs: list[object] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    engine = CodeMode(make_config({"fixture": fixture_entry()}, pool_size=1))
+    server = build_server(engine)
+    async with Client(server, logging_callback=on_log) as client:  # mode "auto": the newest protocol
+        await client.call_tool("execute_code", {"language": "python", "code": "print('not asked for')"})
+    assert logs == []
+    engine = CodeMode(make_config({"fixture": fixture_entry()}, pool_size=1))
+    async with Client(build_server(engine), logging_callback=on_log, log_level="info") as client:
+        await client.call_tool("execute_code", {"language": "python", "code": "print('asked for')"})
+    assert logs == ["asked for\n"]
