@@ -6,14 +6,17 @@ async with CodeMode.from_config("mcp_servers.json") as cm:
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from .bridge import ToolDispatcher
+from .cache import NewScript, ScriptCache, StoredScript, ToolUse, check_mode, code_key, derive_description, full_key
+from .cache.embed import make_embedder
 from .config import CodeModeConfig
 from .downstream.pool import ToolPool
 from .errors import UnsupportedError
@@ -65,12 +68,6 @@ class RunResult(BaseModel):
     """Files the script left in its workspace (the workspace is deleted after the run)."""
 
 
-def script_hash(language: str, runner: str, code: str, packages: list[str]) -> str:
-    normalized = "\n".join(line.rstrip() for line in code.strip().splitlines())
-    blob = "\0".join([language, runner, normalized, *sorted(packages)])
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 class CodeMode:
     """Downstream servers, stubs and runners behind one ``execute`` call. Use as an async context manager."""
 
@@ -82,6 +79,10 @@ class CodeMode:
         self._index: StubIndex | None = None
         self._bundles: dict[str, StubBundle] = {}
         self._built_for = -1
+        self.embedder = make_embedder(settings.cache_embedder)
+        self.scripts = ScriptCache(
+            settings.cache_dir, ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
+        )
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -90,6 +91,7 @@ class CodeMode:
 
     async def __aenter__(self) -> CodeMode:
         started: list[Runner] = []
+        await anyio.to_thread.run_sync(self.scripts.open)
         try:
             for runner in self.runners.values():
                 await runner.start()
@@ -98,6 +100,7 @@ class CodeMode:
         except BaseException:
             for runner in started:
                 await runner.aclose()
+            self.scripts.close()
             raise
         self._refresh()
         return self
@@ -108,6 +111,11 @@ class CodeMode:
         finally:
             for runner in self.runners.values():
                 await runner.aclose()
+            self.scripts.close()
+
+    def _schema_hash(self, server: str, tool: str) -> str | None:
+        info = self.pool.find(server, tool)
+        return info.schema_hash if info else None
 
     # ----- stubs ----------------------------------------------------------------------------
 
@@ -186,20 +194,28 @@ class CodeMode:
         allow_networking: bool = True,
         description: str | None = None,
         runner: str | None = None,
+        cache: str = "auto",
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 
+        ``cache`` is ``auto``, ``reuse``, ``refresh`` or ``off`` (see ``mcp_code_mode.cache``).
         Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
         runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
         ``success=False``.
         """
+        started = time.perf_counter()
         settings = self.config.settings
+        mode = check_mode(cache)
         lang, chosen = self.resolve_runner(language, runner)
         if packages:
             raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
+        key = code_key(lang, chosen.name, code, packages or [])
+        hit = self.scripts.lookup(mode, key)
+        if hit is not None:
+            return replayed(hit, started)
         bundle = self.bundle(chosen.stub_language)
         request = RunRequest(
             code=code,
@@ -212,6 +228,28 @@ class CodeMode:
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
         outcome = await chosen.run(request, dispatcher)
+        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
+        run_hash = full_key(key, tools)
+        if outcome.success and mode != "off":
+            new = NewScript(
+                hash=run_hash,
+                code_key=key,
+                language=lang,
+                runner=chosen.name,
+                code=code,
+                packages=list(packages or []),
+                description=(description or "").strip() or derive_description(code, [t.name for t in tools]),
+                description_given=bool((description or "").strip()),
+                output=outcome.output,
+                return_value=outcome.return_value,
+                truncated=outcome.truncated,
+                files=[{"path": f.path, "size": f.size} for f in outcome.files],
+                tools=tools,
+                tool_calls=len(dispatcher.calls),
+                network=allow_networking,
+                execution_ms=outcome.duration * 1000,
+            )
+            await anyio.to_thread.run_sync(self.scripts.remember, new)
         return RunResult.model_validate(
             {
                 "success": outcome.success,
@@ -222,7 +260,7 @@ class CodeMode:
                 "language": lang,
                 "runner": chosen.name,
                 "cached": False,
-                "hash": script_hash(lang, chosen.name, code, packages or []),
+                "hash": run_hash,
                 "toolCalls": len(dispatcher.calls),
                 "truncated": outcome.truncated,
                 "files": [{"path": f.path, "size": f.size} for f in outcome.files],
@@ -237,3 +275,22 @@ class CodeMode:
                 name: {"isolation": r.isolation, "languages": list(r.languages)} for name, r in self.runners.items()
             },
         }
+
+
+def replayed(script: StoredScript, started: float) -> RunResult:
+    """The result of a stored run, answered without running it."""
+    return RunResult.model_validate(
+        {
+            "success": True,
+            "output": script.output,
+            "returnValue": script.return_value,
+            "executionTime": round((time.perf_counter() - started) * 1000),
+            "language": script.language,
+            "runner": script.runner,
+            "cached": True,
+            "hash": script.hash,
+            "toolCalls": 0,
+            "truncated": script.truncated,
+            "files": script.files,
+        }
+    )
