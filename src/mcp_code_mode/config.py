@@ -100,11 +100,15 @@ class Settings(BaseModel):
     python_runner: Literal["local"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
     cache_dir: Path | None = None
-    """Directory of the script cache (``scripts.db``). Default: ``$XDG_CACHE_HOME/mcp-code-mode`` or ``~/.cache/mcp-code-mode``."""
+    """Directory of the script cache (``scripts.db``).
+
+    Default: ``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
     cache_ttl: float = Field(default=3600.0, ge=0)
     """Seconds during which ``cache="auto"`` replays a stored run that had no side effects."""
     cache_embedder: Literal["wordllama", "hashing", "none"] = "wordllama"
-    """Embeddings for searching scripts and tools: ``wordllama`` (bundled static model), ``hashing`` (no model), ``none`` (full text only)."""
+    """Embeddings for searching scripts and tools.
+
+    ``wordllama`` (a static model bundled in a wheel), ``hashing`` (no model), ``none`` (full text only)."""
 
     @field_validator("config", "workspace_dir", "cache_dir", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from .bridge import ToolDispatcher
 from .cache import NewScript, ScriptCache, StoredScript, ToolUse, check_mode, code_key, derive_description, full_key
 from .cache.embed import make_embedder
 from .config import CodeModeConfig
+from .discovery import ToolSearch, select_tools
 from .downstream.pool import ToolPool
 from .errors import UnsupportedError
 from .runners import LANGUAGE_ALIASES, build_runners, default_runner
@@ -83,6 +84,7 @@ class CodeMode:
         self.scripts = ScriptCache(
             settings.cache_dir, ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
+        self.tool_search = ToolSearch(self.embedder)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -112,6 +114,7 @@ class CodeMode:
             for runner in self.runners.values():
                 await runner.aclose()
             self.scripts.close()
+            self.tool_search.close()
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -146,8 +149,8 @@ class CodeMode:
             self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces)
         return self._bundles[stub_language]
 
-    def stubs(self, language: str = "python", servers: list[str] | None = None) -> str:
-        """The stubs (all servers, or the named ones) exactly as the sandbox defines them."""
+    def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
+        """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         stub_language = "typescript" if language in ("typescript", "ts", "javascript", "js") else language
         if stub_language in ("py", "python3"):
             stub_language = "python"
@@ -155,6 +158,8 @@ class CodeMode:
         if renderer is None:
             raise UnsupportedError(f"stubs for {language!r} are not supported (supported: {', '.join(RENDERERS)})")
         index = self.index
+        if names:
+            return renderer(index, select_tools(index, names))
         if servers is None:
             return self.bundle(stub_language).source
         selection: dict[str, tuple[ToolSpec, ...]] = {}

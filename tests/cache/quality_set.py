@@ -1,10 +1,10 @@
-'''The search quality set: stored scripts and task descriptions phrased the way users ask.
+"""The search quality set: stored scripts and task descriptions phrased the way users ask.
 
 ``SCRIPTS`` are what a cache holds after a while of real use: code that calls tools (filesystem, memory,
 and servers such as github, fetch, slack or a database), pure computations, some with a description
 given by the model, most with only their docstring, comments and code to go by. ``QUERIES`` name the
 scripts that answer them; a query is a hit at k when one of them ranks in the top k.
-'''
+"""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ from typing import Any, Literal, get_args
 from ..errors import UnsupportedError
 from .describe import ToolUse, code_key, derive_description, full_key, normalize_code
 from .embed import Embedder, HashingEmbedder, StaticEmbedder, make_embedder
-from .store import NewScript, ScriptStore, SearchResult, StoredScript
+from .models import NewScript, SearchResult, StoredScript
+from .store import ScriptStore
 
 logger = logging.getLogger(__name__)
 

@@ -122,9 +122,7 @@ class Hit(Generic[K]):
     similarity: float | None
 
 
-def fuse(
-    text: Sequence[K], semantic: Sequence[tuple[K, float]], limit: int, k: int = RRF_K
-) -> list[Hit[K]]:
+def fuse(text: Sequence[K], semantic: Sequence[tuple[K, float]], limit: int, k: int = RRF_K) -> list[Hit[K]]:
     """Fuse a full-text ranking and a semantic ranking (with similarities) into ``limit`` hits."""
     text_rank = {key: i + 1 for i, key in enumerate(text)}
     semantic_rank = {key: i + 1 for i, (key, _) in enumerate(semantic)}

@@ -25,153 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from .describe import ToolUse, search_text
+from .describe import search_text
 from .embed import Embedder, EmbedderUnavailable
+from .models import NewScript, SearchResult, StoredScript, row_to_script
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .search import CANDIDATES, Hit, VectorIndex, fts_query, fuse
+from .search import CANDIDATES, VectorIndex, fts_query, fuse
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 10_000
 _FTS_WEIGHTS = "4.0, 2.0, 1.0"  # description, tool names, code
-
-
-@dataclass
-class NewScript:
-    """A successful run, as the engine hands it to the store."""
-
-    hash: str
-    code_key: str
-    language: str
-    runner: str
-    code: str
-    packages: list[str]
-    description: str
-    description_given: bool
-    output: str
-    return_value: Any
-    truncated: bool
-    files: list[dict[str, Any]]
-    tools: list[ToolUse]
-    tool_calls: int
-    network: bool
-    execution_ms: float
-
-
-@dataclass
-class StoredScript:
-    """A row of the cache."""
-
-    id: int
-    hash: str
-    code_key: str
-    language: str
-    runner: str
-    code: str
-    packages: list[str]
-    description: str
-    description_given: bool
-    output: str
-    return_value: Any
-    truncated: bool
-    files: list[dict[str, Any]]
-    tools: list[ToolUse]
-    tool_calls: int
-    network: bool
-    execution_ms: float
-    run_count: int
-    hit_count: int
-    created_at: float
-    last_run_at: float
-    last_used_at: float
-
-    @property
-    def side_effect_free(self) -> bool:
-        """No tool calls, no files written, no network: replaying it skips nothing that mattered."""
-        return self.tool_calls == 0 and not self.files and not self.network
-
-    def summary(self) -> dict[str, Any]:
-        """What listings and search results show (no output, no code)."""
-        return {
-            "hash": self.hash,
-            "language": self.language,
-            "runner": self.runner,
-            "description": self.description,
-            "tools": [t.name for t in self.tools],
-            "packages": self.packages,
-            "runCount": self.run_count,
-            "hitCount": self.hit_count,
-            "lastUsed": _iso(self.last_used_at),
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        """Everything about the script, for ``get_cached_script`` and ``cache show``/``export``."""
-        return {
-            **self.summary(),
-            "code": self.code,
-            "descriptionGiven": self.description_given,
-            "output": self.output,
-            "returnValue": self.return_value,
-            "truncated": self.truncated,
-            "files": self.files,
-            "toolsUsed": [{"server": t.server, "tool": t.tool, "schemaHash": t.schema_hash} for t in self.tools],
-            "toolCalls": self.tool_calls,
-            "network": self.network,
-            "sideEffectFree": self.side_effect_free,
-            "executionTime": round(self.execution_ms),
-            "created": _iso(self.created_at),
-            "lastRun": _iso(self.last_run_at),
-        }
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def _row_to_script(row: sqlite3.Row) -> StoredScript:
-    tools = [ToolUse(t["server"], t["tool"], t["schema_hash"]) for t in json.loads(row["tools"])]
-    return StoredScript(
-        id=row["id"],
-        hash=row["hash"],
-        code_key=row["code_key"],
-        language=row["language"],
-        runner=row["runner"],
-        code=row["code"],
-        packages=json.loads(row["packages"]),
-        description=row["description"],
-        description_given=bool(row["description_given"]),
-        output=row["output"],
-        return_value=json.loads(row["return_value"]),
-        truncated=bool(row["truncated"]),
-        files=json.loads(row["files"]),
-        tools=tools,
-        tool_calls=row["tool_calls"],
-        network=bool(row["network"]),
-        execution_ms=row["execution_ms"],
-        run_count=row["run_count"],
-        hit_count=row["hit_count"],
-        created_at=row["created_at"],
-        last_run_at=row["last_run_at"],
-        last_used_at=row["last_used_at"],
-    )
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    script: StoredScript
-    hit: Hit[int]
-    stale: bool
-    """A tool it used is gone or has another schema now: it would not be an exact hit."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.script.summary(),
-            "score": round(self.hit.score, 5),
-            "textRank": self.hit.text_rank,
-            "semanticRank": self.hit.semantic_rank,
-            "similarity": None if self.hit.similarity is None else round(self.hit.similarity, 4),
-            "stale": self.stale,
-        }
 
 
 @dataclass
@@ -313,9 +176,7 @@ class ScriptStore:
         }
 
         def body(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
-                "SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)
-            ).fetchone()
+            row = conn.execute("SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)).fetchone()
             if row is None:
                 cursor = conn.execute(
                     "INSERT INTO scripts(hash, code_key, language, runner, code, packages, description,"
@@ -370,7 +231,7 @@ class ScriptStore:
     def get_by_id(self, script_id: int) -> StoredScript | None:
         with self._lock:
             row = self.conn.execute("SELECT * FROM scripts WHERE id = ?", (script_id,)).fetchone()
-        return _row_to_script(row) if row else None
+        return row_to_script(row) if row else None
 
     def get(self, hash_or_prefix: str) -> StoredScript | None:
         """A script by its hash, or by a unique prefix of at least 6 characters."""
@@ -381,7 +242,7 @@ class ScriptStore:
             rows = self.conn.execute(
                 "SELECT * FROM scripts WHERE hash >= ? AND hash < ? LIMIT 2", (key, key + "g")
             ).fetchall()
-        return _row_to_script(rows[0]) if len(rows) == 1 else None
+        return row_to_script(rows[0]) if len(rows) == 1 else None
 
     def candidates(self, code_key: str) -> list[StoredScript]:
         """The stored runs of one code key (usually one), most recently run first."""
@@ -389,7 +250,7 @@ class ScriptStore:
             rows = self.conn.execute(
                 "SELECT * FROM scripts WHERE code_key = ? ORDER BY last_run_at DESC", (code_key,)
             ).fetchall()
-        return [_row_to_script(r) for r in rows]
+        return [row_to_script(r) for r in rows]
 
     def record_lookup(self, script_id: int | None) -> None:
         """Count one cache lookup; with ``script_id``, a replay of that script."""
@@ -413,7 +274,7 @@ class ScriptStore:
                 f"SELECT * FROM scripts {where} ORDER BY last_used_at DESC, id DESC LIMIT ? OFFSET ?",
                 (*args, limit, offset),
             ).fetchall()
-        return [_row_to_script(r) for r in rows]
+        return [row_to_script(r) for r in rows]
 
     def iter_all(self) -> Iterator[StoredScript]:
         """Every script, oldest first (for export)."""
@@ -424,7 +285,7 @@ class ScriptStore:
             if not rows:
                 return
             for row in rows:
-                yield _row_to_script(row)
+                yield row_to_script(row)
             last = rows[-1]["id"]
 
     def prune(self, older_than: float) -> int:
@@ -511,10 +372,10 @@ class ScriptStore:
             if vectors is None:
                 return
             model = self.embedder.name
+            rows = [(r["id"], model, v.astype(np.float32).tobytes()) for r, v in zip(chunk, vectors, strict=True)]
             self._write(
-                lambda conn, chunk=chunk, vectors=vectors: conn.executemany(
-                    "INSERT OR REPLACE INTO vectors(script_id, model, vector) VALUES (?, ?, ?)",
-                    [(r["id"], model, v.astype(np.float32).tobytes()) for r, v in zip(chunk, vectors, strict=True)],
+                lambda conn, rows=rows: conn.executemany(
+                    "INSERT OR REPLACE INTO vectors(script_id, model, vector) VALUES (?, ?, ?)", rows
                 )
             )
             index.add([r["id"] for r in chunk], vectors)
