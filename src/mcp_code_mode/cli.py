@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio
 
 from . import __version__
-from .config import CodeModeConfig
+from .cache.cli import add_cache_parser, run_cache_command
+from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
 from .errors import CodeModeError, ConfigError
 
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     stubs = sub.add_parser("stubs", help="print the stubs scripts see for the configured servers")
     stubs.add_argument("server", nargs="?", help="only this server")
     stubs.add_argument("--config", type=Path, help=CONFIG_HELP)
+
+    add_cache_parser(sub)
     return parser
 
 
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return 2
+    if args.command == "cache":
+        return _cache(args)
     try:
         config = CodeModeConfig.load(args.config)
     except ConfigError as exc:
@@ -71,6 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 2
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """The cache commands need settings only: no servers file, no servers started."""
+    try:
+        settings = Settings.from_env(load_environment())
+    except ConfigError as exc:
+        print(f"mcp-code-mode: configuration error\n{exc}", file=sys.stderr)
+        return 2
+    _setup_logging("WARNING")
+    try:
+        return run_cache_command(settings, args)
+    except CodeModeError as exc:
+        print(f"mcp-code-mode: {exc}", file=sys.stderr)
+        return 1
 
 
 def _serve(config: CodeModeConfig) -> int:

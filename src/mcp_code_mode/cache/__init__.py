@@ -20,7 +20,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -39,6 +39,8 @@ DB_NAME = "scripts.db"
 CurrentSchema = Callable[[str, str], str | None]
 """``(server, tool)`` → the tool's schema hash now, or None when the tool is gone."""
 
+ONE_DAY = 86_400.0
+
 
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
@@ -56,8 +58,14 @@ class ScriptCache:
     """The engine's view of the store: lookups with the replay rules, storing runs, discovery."""
 
     def __init__(
-        self, directory: Path | None, *, ttl: float, embedder: Embedder | None, current_schema: CurrentSchema
+        self,
+        directory: Path | None,
+        *,
+        ttl: float,
+        embedder: Embedder | None,
+        current_schema: CurrentSchema | None,
     ) -> None:
+        """``current_schema`` is None where no servers are connected (the CLI): nothing is known to be stale."""
         self.directory = directory or default_cache_dir()
         self.ttl = ttl
         self.current_schema = current_schema
@@ -91,7 +99,10 @@ class ScriptCache:
 
     def is_current(self, script: StoredScript) -> bool:
         """Every tool the script used still exists with the schema it had."""
-        return all(self.current_schema(t.server, t.tool) == t.schema_hash for t in script.tools)
+        current = self.current_schema
+        if current is None:
+            return False
+        return all(current(t.server, t.tool) == t.schema_hash for t in script.tools)
 
     def lookup(self, mode: CacheMode, key: str) -> StoredScript | None:
         """The stored run that answers a request in ``mode``, or None (run it). Counts the lookup."""
@@ -132,7 +143,8 @@ class ScriptCache:
         return self.store
 
     def search(self, query: str, language: str | None = None, limit: int = 5) -> list[SearchResult]:
-        return self._require().search(query, language=language, limit=limit, is_stale=lambda s: not self.is_current(s))
+        is_stale = None if self.current_schema is None else (lambda s: not self.is_current(s))
+        return self._require().search(query, language=language, limit=limit, is_stale=is_stale)
 
     def list(self, language: str | None = None, limit: int = 20) -> list[StoredScript]:
         return self._require().list(language, limit)
@@ -149,6 +161,9 @@ class ScriptCache:
 
     def prune(self, older_than: float) -> int:
         return self._require().prune(older_than)
+
+    def iter_all(self) -> Iterator[StoredScript]:
+        return self._require().iter_all()
 
 
 __all__ = [

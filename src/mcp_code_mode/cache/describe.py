@@ -62,8 +62,8 @@ def _comments(code: str) -> list[str]:
                 text = tok.string.lstrip("#").strip()
                 if text and not text.startswith(("!", "type:", "noqa", "pyright")):
                     out.append(text)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        out.extend(m.group(1).strip() for m in re.finditer(r"^\s*#+\s*(.+)$", code, re.M))
+    except (tokenize.TokenError, IndentationError, SyntaxError):  # broken code: comments on their own lines
+        out = [m.group(1).strip() for m in re.finditer(r"^\s*#+\s*(.+)$", code, re.M)]
     return out
 
 

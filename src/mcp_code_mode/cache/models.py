@@ -136,8 +136,8 @@ def row_to_script(row: sqlite3.Row) -> StoredScript:
 class SearchResult:
     script: StoredScript
     hit: Hit[int]
-    stale: bool
-    """A tool it used is gone or has another schema now: it would not be an exact hit."""
+    stale: bool | None
+    """A tool it used is gone or has another schema now: it would not be an exact hit (None: unknown)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -416,7 +416,7 @@ class ScriptStore:
             for hit in hits:
                 script = self.get_by_id(hit.key)
                 if script is not None:
-                    results.append(SearchResult(script, hit, bool(is_stale and is_stale(script))))
+                    results.append(SearchResult(script, hit, None if is_stale is None else is_stale(script)))
         return results
 
 
