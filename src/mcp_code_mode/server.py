@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any
 
 import mcp_types as types
 from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
@@ -16,7 +17,7 @@ from . import __version__
 from .cache import CACHE_MODES
 from .discovery import first_sentence
 from .engine import CodeMode, ErrorDetail, RunResult
-from .errors import CodeModeError, UnsupportedError
+from .errors import CodeModeError
 from .runners.local import SAFE_IMPORTS
 from .validate import validate_code as run_validation
 
@@ -229,13 +230,23 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         language: Annotated[str, Field(description="Stub language: python.")] = "python",
     ) -> str:
         """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
-        return engine.stubs(language.lower(), [server] if server else None, names)
+        with tool_errors():
+            return engine.stubs(language.lower(), [server] if server else None, names)
 
     register_discovery_tools(server, engine)
     return server
 
 
 Json = dict[str, Any]
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """A refused request becomes a tool error whose text the model reads (not a hidden internal error)."""
+    try:
+        yield
+    except CodeModeError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
@@ -255,9 +266,10 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> Json:
         """Find downstream tools by what they do, best first."""
-        return engine.tool_search.search(
-            engine.index, engine.pool.version, query, server=server, detail=detail, limit=limit
-        )
+        with tool_errors():
+            return engine.tool_search.search(
+                engine.index, engine.pool.version, query, server=server, detail=detail, limit=limit
+            )
 
     @server.tool(name="validate_code")
     def validate_code(
@@ -274,7 +286,8 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         limit: Annotated[int, Field(ge=1, le=50)] = 5,
     ) -> Json:
         """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
-        results = engine.scripts.search(query, language, limit)
+        with tool_errors():
+            results = engine.scripts.search(query, language, limit)
         return {"query": query, "scripts": [r.to_json() for r in results]}
 
     @server.tool(name="list_cached_scripts")
@@ -283,14 +296,16 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
     ) -> Json:
         """Cached scripts, most recently used first."""
-        return {"scripts": [s.summary() for s in engine.scripts.list(language, limit)]}
+        with tool_errors():
+            return {"scripts": [s.summary() for s in engine.scripts.list(language, limit)]}
 
     @server.tool(name="get_cached_script")
     def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
         """A cached script: code, result, tools, packages and stats."""
-        script = engine.scripts.get(hash)
+        with tool_errors():
+            script = engine.scripts.get(hash)
         if script is None:
-            raise UnsupportedError(f"no cached script with hash {hash!r}")
+            raise ToolError(f"no cached script with hash {hash!r} (or the prefix is ambiguous)")
         return script.to_json()
 
     @server.tool(name="get_cache_stats")

@@ -45,7 +45,7 @@ def test_the_memory_index_ranks_by_text_and_meaning_and_filters() -> None:
                 ("graph", {"name": "read graph", "body": "The whole knowledge graph"}, "knowledge graph"),
             ]
         )
-        assert index.search("read a file", 3)[0].key == "read"
+        assert index.search("read the file contents", 3)[0].key == "read"
         assert [h.key for h in index.search("read", 3, allowed=lambda k: k != "read")][0] == "graph"
         assert index.search("", 3) == []
     finally:

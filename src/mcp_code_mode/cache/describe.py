@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 _MAX_DESCRIPTION = 300
 _MAX_IDENTIFIERS = 60
+_FIRST_LINE = 120
+_MAX_ANALYSED = 20_000
+"""Characters of code parsed for comments and identifiers (longer scripts are cut there)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -82,7 +85,7 @@ def _docstrings(tree: ast.Module) -> list[str]:
 
 def derive_description(code: str, tools: Iterable[str] = ()) -> str:
     """A description for a script that came without one: its docstrings and comments, then the tools it called."""
-    code = normalize_code(code)
+    code = normalize_code(code)[:_MAX_ANALYSED]
     parts: list[str] = []
     try:
         parts.extend(_docstrings(ast.parse(code)))
@@ -90,12 +93,11 @@ def derive_description(code: str, tools: Iterable[str] = ()) -> str:
         pass
     parts.extend(_comments(code))
     text = " ".join(" ".join(p.split()) for p in parts)
+    if not text:  # nothing written about it: its first line says most
+        text = next((line.strip() for line in code.splitlines() if line.strip()), "")[:_FIRST_LINE]
     names = sorted(set(tools))
     if names:
         text = (text + " " if text else "") + f"(calls {', '.join(names)})"
-    if not text:
-        first = next((line.strip() for line in code.splitlines() if line.strip()), "")
-        text = first
     return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 1].rstrip() + "…"
 
 
@@ -108,7 +110,7 @@ def split_identifier(name: str) -> list[str]:
 def identifiers(code: str) -> list[str]:
     """Names a script defines, imports, calls and reads, in first-seen order (words for search)."""
     try:
-        tree = ast.parse(normalize_code(code))
+        tree = ast.parse(normalize_code(code)[:_MAX_ANALYSED])
     except SyntaxError:
         return list(dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", code)))[:_MAX_IDENTIFIERS]
     names: list[str] = []

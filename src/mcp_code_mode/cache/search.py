@@ -128,6 +128,8 @@ def fuse(text: Sequence[K], semantic: Sequence[tuple[K, float]], limit: int, k: 
     semantic_rank = {key: i + 1 for i, (key, _) in enumerate(semantic)}
     similarity = dict(semantic)
     fused = rrf([list(text), [key for key, _ in semantic]], k)
+    # equal fused scores (one list's first is the other's second) are settled by the embedding's similarity
+    fused.sort(key=lambda item: (-round(item[1], 12), -similarity.get(item[0], -1.0)))
     return [
         Hit(key, score, text_rank.get(key), semantic_rank.get(key), similarity.get(key)) for key, score in fused[:limit]
     ]
