@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any
 
@@ -241,7 +241,7 @@ Json = dict[str, Any]
 
 
 @contextmanager
-def tool_errors() -> Iterator[None]:
+def tool_errors() -> Generator[None]:
     """A refused request becomes a tool error whose text the model reads (not a hidden internal error)."""
     try:
         yield

@@ -18,7 +18,7 @@ def new_script(
     files: Sequence[str] = (),
     network: bool = False,
 ) -> NewScript:
-    uses = [ToolUse(*name.split(".", 1), schema_hash) for name in tools]
+    uses = [ToolUse(name.split(".", 1)[0], name.split(".", 1)[1], schema_hash) for name in tools]
     key = code_key(language, "local", code, [])
     return NewScript(
         hash=full_key(key, uses),

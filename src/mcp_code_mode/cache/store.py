@@ -161,10 +161,24 @@ class ScriptStore:
 
     def put(self, script: NewScript) -> StoredScript:
         """Store a successful run: a new row, or the same key's row updated with this run's results."""
-        text = search_text(script.description, script.code, [t.name for t in script.tools])
-        vectors = self._embed([text])
+        return self.put_many([script])[0]
+
+    def put_many(self, scripts: Sequence[NewScript]) -> list[StoredScript]:
+        """Store several runs in one transaction (embedded in one batch)."""
+        vectors = self._embed([search_text(s.description, s.code, [t.name for t in s.tools]) for s in scripts])
         now = time.time()
-        tools = json.dumps([{"server": t.server, "tool": t.tool, "schema_hash": t.schema_hash} for t in script.tools])
+
+        def body(conn: sqlite3.Connection) -> list[int]:
+            ids: list[int] = []
+            for i, script in enumerate(scripts):
+                ids.append(self._upsert(conn, script, None if vectors is None else vectors[i], now))
+            return ids
+
+        ids: list[int] = self._write(body)
+        stored = [self.get_by_id(i) for i in ids]
+        return [s for s in stored if s is not None]
+
+    def _upsert(self, conn: sqlite3.Connection, script: NewScript, vector: np.ndarray | None, now: float) -> int:
         values = {
             "output": script.output,
             "return_value": json.dumps(script.return_value, default=repr),
@@ -174,59 +188,53 @@ class ScriptStore:
             "network": int(script.network),
             "execution_ms": script.execution_ms,
         }
-
-        def body(conn: sqlite3.Connection) -> int:
-            row = conn.execute("SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)).fetchone()
-            if row is None:
-                cursor = conn.execute(
-                    "INSERT INTO scripts(hash, code_key, language, runner, code, packages, description,"
-                    " description_given, tools, tool_names, created_at, last_run_at, last_used_at,"
-                    f" {', '.join(values)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                    f" {', '.join('?' for _ in values)})",
-                    (
-                        script.hash,
-                        script.code_key,
-                        script.language,
-                        script.runner,
-                        script.code,
-                        json.dumps(sorted(script.packages)),
-                        script.description,
-                        int(script.description_given),
-                        tools,
-                        " ".join(t.name for t in script.tools),
-                        now,
-                        now,
-                        now,
-                        *values.values(),
-                    ),
-                )
-                script_id = int(cursor.lastrowid or 0)
-            else:
-                script_id = int(row["id"])
-                keep_description = bool(row["description_given"]) and not script.description_given
-                updates = dict(values)
-                if not keep_description:
-                    updates |= {"description": script.description, "description_given": int(script.description_given)}
-                assignments = ", ".join(f"{k} = ?" for k in updates)
-                conn.execute(
-                    f"UPDATE scripts SET {assignments}, run_count = run_count + 1, last_run_at = ?, last_used_at = ?"
-                    " WHERE id = ?",
-                    (*updates.values(), now, now, script_id),
-                )
-                if keep_description:
-                    return script_id
-            if vectors is not None and self.embedder is not None:
-                conn.execute(
-                    "INSERT OR REPLACE INTO vectors(script_id, model, vector) VALUES (?, ?, ?)",
-                    (script_id, self.embedder.name, vectors[0].astype(np.float32).tobytes()),
-                )
-            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'stores'")
-            return script_id
-
-        script_id = self._write(body)
-        stored = self.get_by_id(script_id)
-        assert stored is not None
-        return stored
+        row = conn.execute("SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)).fetchone()
+        if row is None:
+            tools = [{"server": t.server, "tool": t.tool, "schema_hash": t.schema_hash} for t in script.tools]
+            cursor = conn.execute(
+                "INSERT INTO scripts(hash, code_key, language, runner, code, packages, description,"
+                " description_given, tools, tool_names, created_at, last_run_at, last_used_at,"
+                f" {', '.join(values)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                f" {', '.join('?' for _ in values)})",
+                (
+                    script.hash,
+                    script.code_key,
+                    script.language,
+                    script.runner,
+                    script.code,
+                    json.dumps(sorted(script.packages)),
+                    script.description,
+                    int(script.description_given),
+                    json.dumps(tools),
+                    " ".join(t.name for t in script.tools),
+                    now,
+                    now,
+                    now,
+                    *values.values(),
+                ),
+            )
+            script_id = int(cursor.lastrowid or 0)
+            described = True
+        else:
+            script_id = int(row["id"])
+            # a description the caller gave is not replaced by one derived from the code
+            described = not (bool(row["description_given"]) and not script.description_given)
+            updates = dict(values)
+            if described:
+                updates |= {"description": script.description, "description_given": int(script.description_given)}
+            assignments = ", ".join(f"{k} = ?" for k in updates)
+            conn.execute(
+                f"UPDATE scripts SET {assignments}, run_count = run_count + 1, last_run_at = ?, last_used_at = ?"
+                " WHERE id = ?",
+                (*updates.values(), now, now, script_id),
+            )
+        if described and vector is not None and self.embedder is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO vectors(script_id, model, vector) VALUES (?, ?, ?)",
+                (script_id, self.embedder.name, vector.astype(np.float32).tobytes()),
+            )
+        conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'stores'")
+        return script_id
 
     def get_by_id(self, script_id: int) -> StoredScript | None:
         with self._lock:
