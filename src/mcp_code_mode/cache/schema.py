@@ -63,6 +63,7 @@ MIGRATIONS: tuple[str, ...] = (
         model TEXT NOT NULL,
         vector BLOB NOT NULL
     );
+    CREATE INDEX vectors_model ON vectors(model, id);
 
     CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL DEFAULT 0);
     INSERT INTO counters(name, value) VALUES ('lookups', 0), ('hits', 0), ('replays', 0), ('stores', 0);

@@ -41,10 +41,33 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(kept or words))
 
 
-def fts_query(text: str) -> str | None:
+def fts_query(text: str | Sequence[str]) -> str | None:
     """An FTS5 expression matching any of the query's words (each quoted, so no syntax leaks in)."""
-    terms = query_terms(text)
+    terms = query_terms(text) if isinstance(text, str) else list(text)
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+MATCH_BUDGET = 1500
+"""Documents BM25 ranks per query, about: ranking costs time per matching document. When the query's
+words match more, the most common words (lowest IDF, least telling) are left out of the full-text
+query, keeping at least the rarest word; the embedding side still sees the whole query."""
+
+
+def selective_terms(terms: Sequence[str], count: Callable[[str], int], budget: int = MATCH_BUDGET) -> list[str]:
+    """The rarest terms whose match counts (from ``count``) add up to at most ``budget`` (at least one)."""
+    if len(terms) < 2:
+        return list(terms)
+    counts = {t: count(t) for t in terms}
+    if sum(counts.values()) <= budget:
+        return list(terms)
+    kept: set[str] = set()
+    used = 0
+    for term in sorted(terms, key=lambda t: counts[t]):
+        if kept and used + counts[term] > budget:
+            break
+        kept.add(term)
+        used += counts[term]
+    return [t for t in terms if t in kept]
 
 
 def rrf(rankings: Iterable[Sequence[K]], k: int = RRF_K) -> list[tuple[K, float]]:

@@ -29,7 +29,7 @@ from .describe import search_text
 from .embed import Embedder, EmbedderUnavailable
 from .models import NewScript, SearchResult, StoredScript, row_to_script
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .search import CANDIDATES, VectorIndex, fts_query, fuse
+from .search import CANDIDATES, VectorIndex, fts_query, fuse, query_terms, selective_terms
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ class ScriptStore:
     _vectors: VectorIndex[int] | None = None
     _vector_max_id: int = 0
     _languages: dict[int, str] = field(default_factory=dict)
+    _writes: int = 0
+    _synced: tuple[int, int] | None = None
+    """``(PRAGMA data_version, own writes)`` when the vectors were last synced: unchanged means no sync."""
 
     # ----- opening -------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class ScriptStore:
             try:
                 result = body(conn)
                 conn.execute("COMMIT")
+                self._writes += 1
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -304,7 +308,7 @@ class ScriptStore:
         )
         if deleted:
             with self._lock:
-                self._vectors = None  # rebuilt on the next search
+                self._vectors, self._synced = None, None  # rebuilt on the next search
         return deleted
 
     def stats(self) -> dict[str, Any]:
@@ -344,6 +348,9 @@ class ScriptStore:
         if embedder is None:
             return None
         conn = self.conn
+        state = (conn.execute("PRAGMA data_version").fetchone()[0], self._writes)
+        if self._vectors is not None and state == self._synced:
+            return self._vectors
         head = conn.execute("SELECT coalesce(max(id), 0), count(*) FROM vectors WHERE model = ?", (embedder.name,))
         max_id, count = head.fetchone()
         if self._vectors is None or max_id < self._vector_max_id or count < len(self._vectors):
@@ -364,6 +371,7 @@ class ScriptStore:
         scripts = conn.execute("SELECT count(*) FROM scripts").fetchone()[0]
         if scripts > len(index):
             self._backfill(index)
+        self._synced = (conn.execute("PRAGMA data_version").fetchone()[0], self._writes)
         return index
 
     def _backfill(self, index: VectorIndex[int]) -> None:
@@ -390,6 +398,11 @@ class ScriptStore:
             self._languages.update({r["id"]: r["language"] for r in chunk})
         self._vector_max_id = self.conn.execute("SELECT coalesce(max(id), 0) FROM vectors").fetchone()[0]
 
+    def _matches(self, term: str) -> int:
+        return self.conn.execute(
+            "SELECT count(*) FROM scripts_fts WHERE scripts_fts MATCH ?", (f'"{term}"',)
+        ).fetchone()[0]
+
     def search(
         self,
         query: str,
@@ -402,15 +415,26 @@ class ScriptStore:
         with self._lock:
             conn = self.conn
             text_ranking: list[int] = []
-            expression = fts_query(query)
+            terms = selective_terms(query_terms(query), self._matches)
+            expression = fts_query(terms)
             if expression is not None:
-                where = "AND s.language = ?" if language else ""
+                # rank inside the FTS index first: joining every match to its row is slow
                 rows = conn.execute(
-                    "SELECT s.id FROM scripts_fts f JOIN scripts s ON s.id = f.rowid"
-                    f" WHERE scripts_fts MATCH ? {where} ORDER BY bm25(scripts_fts, {_FTS_WEIGHTS}) LIMIT ?",
-                    (expression, *([language] if language else []), CANDIDATES),
+                    "SELECT rowid FROM scripts_fts WHERE scripts_fts MATCH ?"
+                    f" ORDER BY bm25(scripts_fts, {_FTS_WEIGHTS}) LIMIT ?",
+                    (expression, CANDIDATES * (4 if language else 1)),
                 ).fetchall()
                 text_ranking = [r[0] for r in rows]
+                if language and text_ranking:
+                    marks = ", ".join("?" for _ in text_ranking)
+                    same = {
+                        r[0]
+                        for r in conn.execute(
+                            f"SELECT id FROM scripts WHERE language = ? AND id IN ({marks})", (language, *text_ranking)
+                        )
+                    }
+                    text_ranking = [i for i in text_ranking if i in same]
+                text_ranking = text_ranking[:CANDIDATES]
             semantic: list[tuple[int, float]] = []
             index = self._sync_vectors()
             if index is not None and self.embedder is not None and query.strip():
