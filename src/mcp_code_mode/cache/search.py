@@ -117,7 +117,8 @@ class VectorIndex(Generic[K]):
         """The ``limit`` nearest keys with their cosine similarity, best first."""
         if not self._size:
             return []
-        scores = self._matrix[: self._size] @ np.asarray(query, dtype=np.float32).reshape(-1)
+        # einsum runs in this thread: a BLAS matrix-vector product spreads over threads that a busy host slows down
+        scores = np.einsum("ij,j->i", self._matrix[: self._size], np.asarray(query, dtype=np.float32).reshape(-1))
         if allowed is None:
             count = min(limit, self._size)
             top = np.argpartition(-scores, count - 1)[:count]
