@@ -211,3 +211,32 @@ def test_kill_9_in_the_middle_of_writes_loses_no_committed_script(tmp_path: Path
         assert missing == []
     finally:
         store.close()
+
+
+def test_kill_9_of_an_engine_process_between_and_during_runs_keeps_every_returned_run(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.cache.engine_writer", str(tmp_path / "cache"), str(tmp_path / "runs")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    returned: list[str] = []
+    try:
+        for line in proc.stdout:
+            returned.append(line.split()[1])
+            if len(returned) == 25:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+    assert len(returned) == 25, err
+    store = ScriptStore(tmp_path / "cache" / "scripts.db", None).open()
+    try:
+        assert store.problems == []
+        assert [h for h in returned if store.get(h) is None] == []
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        store.close()
