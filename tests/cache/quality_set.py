@@ -811,4 +811,15 @@ QUERIES: list[Query] = [
     Query("keep only rows matching a country from a CSV", ("csv-filter-rows",)),
     Query("roman numeral conversion", ("roman-numerals",)),
     Query("reading time of an article", ("text-statistics",)),
+    # paraphrases with few words in common with the scripts
+    Query("tally how often each term shows up in a novel", ("word-frequency",)),
+    Query("which of our endpoints respond and which are broken", ("url-health-check", "http-status-codes")),
+    Query("figure out what I pay each month on a house loan", ("loan-amortization",)),
+    Query("globally unique identifiers", ("generate-uuids",)),
+    Query("is this address inside our office LAN", ("ip-in-subnet",)),
+    Query("spot copies of the same download", ("duplicate-files",)),
+    Query("daily registrations from the database", ("sql-signups-per-day",)),
+    Query("post an update to the team chat", ("slack-post-summary",)),
+    Query("hex digest of some text", ("sha256-digest",)),
+    Query("show me the folder hierarchy", ("directory-tree",)),
 ]
