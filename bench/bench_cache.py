@@ -121,7 +121,7 @@ async def bench_replay(replays: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10_000])
     parser.add_argument("--rounds", type=int, default=4, help="times each query is searched")
     parser.add_argument("--replays", type=int, default=300)
     args = parser.parse_args()

@@ -218,7 +218,8 @@ class CodeMode:
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
         key = code_key(lang, chosen.name, code, packages or [])
-        hit = self.scripts.lookup(mode, key)
+        # in a worker thread: a lookup counts itself, and another process may hold the write lock a moment
+        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key)
         if hit is not None:
             return replayed(hit, started)
         bundle = self.bundle(chosen.stub_language)

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, Generator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any
 
+import anyio
 import mcp_types as types
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -280,35 +281,36 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         return run_validation(language, code, engine.index, SAFE_IMPORTS)
 
     @server.tool(name="search_cached_scripts")
-    def search_cached_scripts(
+    async def search_cached_scripts(
         query: Annotated[str, Field(description="The task, in words.")],
         language: Annotated[str | None, Field(description="Only this language.")] = None,
         limit: Annotated[int, Field(ge=1, le=50)] = 5,
     ) -> Json:
         """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
         with tool_errors():
-            results = engine.scripts.search(query, language, limit)
+            results = await anyio.to_thread.run_sync(engine.scripts.search, query, language, limit)
         return {"query": query, "scripts": [r.to_json() for r in results]}
 
     @server.tool(name="list_cached_scripts")
-    def list_cached_scripts(
+    async def list_cached_scripts(
         language: Annotated[str | None, Field(description="Only this language.")] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
     ) -> Json:
         """Cached scripts, most recently used first."""
         with tool_errors():
-            return {"scripts": [s.summary() for s in engine.scripts.list(language, limit)]}
+            scripts = await anyio.to_thread.run_sync(engine.scripts.list, language, limit)
+        return {"scripts": [s.summary() for s in scripts]}
 
     @server.tool(name="get_cached_script")
-    def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
+    async def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
         """A cached script: code, result, tools, packages and stats."""
         with tool_errors():
-            script = engine.scripts.get(hash)
+            script = await anyio.to_thread.run_sync(engine.scripts.get, hash)
         if script is None:
             raise ToolError(f"no cached script with hash {hash!r} (or the prefix is ambiguous)")
         return script.to_json()
 
     @server.tool(name="get_cache_stats")
-    def get_cache_stats() -> Json:
+    async def get_cache_stats() -> Json:
         """Cache totals: scripts, size, per language, hit rate."""
-        return engine.scripts.stats()
+        return await anyio.to_thread.run_sync(engine.scripts.stats)
