@@ -218,7 +218,7 @@ class CodeMode:
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
         key = code_key(lang, chosen.name, code, packages or [])
-        # in a worker thread: a lookup counts itself, and another process may hold the write lock a moment
+        # in a worker thread: a hit is counted, and another process may hold the write lock a moment
         hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key)
         if hit is not None:
             return replayed(hit, started)
@@ -236,6 +236,7 @@ class CodeMode:
         outcome = await chosen.run(request, dispatcher)
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
         run_hash = full_key(key, tools)
+        new: NewScript | None = None
         if outcome.success and mode != "off":
             new = NewScript(
                 hash=run_hash,
@@ -255,7 +256,7 @@ class CodeMode:
                 network=allow_networking,
                 execution_ms=outcome.duration * 1000,
             )
-            await anyio.to_thread.run_sync(self.scripts.remember, new)
+        await anyio.to_thread.run_sync(self.scripts.after_run, mode, new)
         return RunResult.model_validate(
             {
                 "success": outcome.success,

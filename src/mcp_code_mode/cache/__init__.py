@@ -105,33 +105,38 @@ class ScriptCache:
         return all(current(t.server, t.tool) == t.schema_hash for t in script.tools)
 
     def lookup(self, mode: CacheMode, key: str) -> StoredScript | None:
-        """The stored run that answers a request in ``mode``, or None (run it). Counts the lookup."""
+        """The stored run that answers a request in ``mode``, or None (run it).
+
+        A hit is counted here; a miss is counted by ``after_run``, so that nothing is written
+        before a script runs.
+        """
         if self.store is None or mode in ("off", "refresh"):
             return None
         try:
-            found: StoredScript | None = None
             for script in self.store.candidates(key):
                 if not self.is_current(script):
                     continue
                 fresh = time.time() - script.last_run_at < self.ttl
                 if mode == "reuse" or (script.side_effect_free and fresh):
-                    found = script
-                    break
-            self.store.record_lookup(found.id if found else None)
+                    self.store.record_lookup(script.id)
+                    return script
         except sqlite3.Error:
             logger.exception("cache lookup failed; running the script")
-            return None
-        return found
+        return None
 
-    def remember(self, script: NewScript) -> StoredScript | None:
-        """Store a successful run (blocking: call it in a worker thread)."""
-        if self.store is None:
+    def after_run(self, mode: CacheMode, script: NewScript | None) -> StoredScript | None:
+        """Count the missed lookup and store a successful run (blocking: call it in a worker thread)."""
+        if self.store is None or mode == "off":
             return None
+        counted = mode in ("auto", "reuse")
         try:
-            return self.store.put(script)
+            if script is not None:
+                return self.store.put(script, count_lookup=counted)
+            if counted:
+                self.store.record_lookup(None)
         except sqlite3.Error:
             logger.exception("storing the run in the cache failed")
-            return None
+        return None
 
     # ----- discovery ---------------------------------------------------------------------------
 

@@ -163,11 +163,14 @@ class ScriptStore:
             logger.exception("embedding failed; the script is stored for full-text search only")
             return None
 
-    def put(self, script: NewScript) -> StoredScript:
-        """Store a successful run: a new row, or the same key's row updated with this run's results."""
-        return self.put_many([script])[0]
+    def put(self, script: NewScript, *, count_lookup: bool = False) -> StoredScript:
+        """Store a successful run: a new row, or the same key's row updated with this run's results.
 
-    def put_many(self, scripts: Sequence[NewScript]) -> list[StoredScript]:
+        ``count_lookup`` also counts the cache lookup that missed before this run (same transaction).
+        """
+        return self.put_many([script], count_lookups=int(count_lookup))[0]
+
+    def put_many(self, scripts: Sequence[NewScript], *, count_lookups: int = 0) -> list[StoredScript]:
         """Store several runs in one transaction (embedded in one batch)."""
         vectors = self._embed([search_text(s.description, s.code, [t.name for t in s.tools]) for s in scripts])
         now = time.time()
@@ -176,6 +179,8 @@ class ScriptStore:
             ids: list[int] = []
             for i, script in enumerate(scripts):
                 ids.append(self._upsert(conn, script, None if vectors is None else vectors[i], now))
+            if count_lookups:
+                conn.execute("UPDATE counters SET value = value + ? WHERE name = 'lookups'", (count_lookups,))
             return ids
 
         ids: list[int] = self._write(body)
