@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp.types import TextContent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +61,11 @@ async def main(args: argparse.Namespace) -> int:
     server_args = ["-m", "mcp_code_mode.executor_server"]
     if args.config:
         server_args += ["--config", str(args.config)]
-    params = StdioServerParameters(command=sys.executable, args=server_args, cwd=str(ROOT))
+    # The SDK passes a small allow-list of variables to the child; the server's own settings go along.
+    settings = {k: v for k, v in os.environ.items() if k.startswith("CODE_MODE_")}
+    params = StdioServerParameters(
+        command=sys.executable, args=server_args, cwd=str(ROOT), env={**get_default_environment(), **settings}
+    )
 
     started = time.perf_counter()
     async with Client(params, mode="legacy") as client:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,6 +28,12 @@ from mcp_code_mode.engine import CodeMode
 ROOT = Path(__file__).resolve().parent.parent
 NODE_BIN = ROOT / "node_modules" / ".bin"
 FIXTURE_SERVER = Path(__file__).resolve().parent / "fixtures" / "fixture_server.py"
+
+# The test suite never writes to the user's real cache: every engine, CLI call and server subprocess
+# started by a test uses this directory unless the test gives its own.
+CACHE_DIR = Path(tempfile.mkdtemp(prefix="mcp-code-mode-test-cache-"))
+atexit.register(shutil.rmtree, CACHE_DIR, ignore_errors=True)
+os.environ["CODE_MODE_CACHE_DIR"] = str(CACHE_DIR)
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +61,9 @@ def fixture_entry(**env: str) -> dict[str, Any]:
 
 
 def make_config(servers: dict[str, dict[str, Any]], **settings: Any) -> CodeModeConfig:
+    """A config in code; the cache goes to the suite's temporary directory with the hashing embedder by default."""
+    settings.setdefault("cache_dir", CACHE_DIR)
+    settings.setdefault("cache_embedder", "hashing")
     return CodeModeConfig.from_servers(servers, settings=Settings(**settings), env=dict(os.environ))
 
 

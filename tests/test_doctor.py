@@ -19,6 +19,7 @@ def test_a_healthy_config_passes_and_each_server_and_runner_is_checked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("CODE_MODE_CACHE_DIR", raising=False)
     config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
     assert main(["doctor", "--config", str(config)]) == 0
     out = capsys.readouterr().out

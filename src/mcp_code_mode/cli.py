@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio
 
 from . import __version__
-from .config import CodeModeConfig
+from .cache.cli import add_cache_parser, run_cache_command
+from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
 from .errors import CodeModeError, ConfigError
 
@@ -77,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         "is printed with its fix. Exit status 1 when something failed; warnings (optional pieces) leave it 0.",
     )
     doctor.add_argument("--config", type=Path, help=CONFIG_HELP)
+
+    add_cache_parser(sub)
     return parser
 
 
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
         _setup_logging("CRITICAL")
         return report(anyio.run(diagnose, args.config), sys.stdout)
+    if args.command == "cache":
+        return _cache(args)
     try:
         config = CodeModeConfig.load(args.config)
     except ConfigError as exc:
@@ -126,6 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 2
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """The cache commands need settings only: no servers file, no servers started."""
+    try:
+        settings = Settings.from_env(load_environment())
+    except ConfigError as exc:
+        print(f"mcp-code-mode: configuration error\n{exc}", file=sys.stderr)
+        return 2
+    _setup_logging("WARNING")
+    try:
+        return run_cache_command(settings, args)
+    except CodeModeError as exc:
+        print(f"mcp-code-mode: {exc}", file=sys.stderr)
+        return 1
 
 
 def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:

@@ -125,7 +125,9 @@ class Settings(BaseModel):
     limit_workspace_mb: int = Field(default=256, ge=1)
     """Size of a sandboxed run's workspace and of its /tmp (tmpfs), in MiB."""
     cache_dir: Path | None = None
-    """Where package environments (and other caches) are kept. Default: $XDG_CACHE_HOME/mcp-code-mode."""
+    """Where the script cache (``scripts.db``) and package environments (``envs/``) are kept.
+
+    Default: ``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
     allowed_packages: Path | None = None
     """The package whitelist (JSON). Default: the allowed_packages.json shipped with the package."""
     install_timeout: float = Field(default=300.0, gt=0)
@@ -149,6 +151,13 @@ class Settings(BaseModel):
     or ``scheme://host:*``). Loopback origins are always accepted; another browser origin gets 403."""
     progress_interval_ms: int = Field(default=1000, gt=0)
     """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
+
+    cache_ttl: float = Field(default=3600.0, ge=0)
+    """Seconds during which ``cache="auto"`` replays a stored run that had no side effects."""
+    cache_embedder: Literal["wordllama", "hashing", "none"] = "wordllama"
+    """Embeddings for searching scripts and tools.
+
+    ``wordllama`` (a static model bundled in a wheel), ``hashing`` (no model), ``none`` (full text only)."""
 
     @field_validator("config", "workspace_dir", "cache_dir", "allowed_packages", "auth_token", mode="before")
     @classmethod

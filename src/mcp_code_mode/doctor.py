@@ -168,19 +168,28 @@ def _server_fix(config: CodeModeConfig, name: str, error: str) -> str:
 
 async def _check_engine(config: CodeModeConfig) -> list[Finding]:
     findings: list[Finding] = []
-    async with CodeMode(config) as cm:
-        for status in cm.pool.servers.values():
-            if status.state == "ready":
-                findings.append(Finding("ok", "server", f"{status.name}: ready, {len(status.tools)} tools"))
-            elif status.state == "disabled":
-                findings.append(Finding("info", "server", f"{status.name}: disabled in the servers file"))
-            else:
-                error = status.error or status.state
-                findings.append(
-                    Finding("FAIL", "server", f"{status.name}: {error}", _server_fix(config, status.name, error))
-                )
-        for name, runner in cm.runners.items():
-            findings.append(await _probe_runner(cm, name, runner.languages, runner.isolation))
+    # The probes must not touch (or create) the real script cache: give the engine a scratch one.
+    with tempfile.TemporaryDirectory(prefix="mcp-code-mode-doctor-") as scratch:
+        settings = config.settings.model_copy(update={"cache_dir": Path(scratch)})
+        async with CodeMode(config.model_copy(update={"settings": settings})) as cm:
+            findings.extend(await _check_servers_and_runners(cm, config))
+    return findings
+
+
+async def _check_servers_and_runners(cm: CodeMode, config: CodeModeConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    for status in cm.pool.servers.values():
+        if status.state == "ready":
+            findings.append(Finding("ok", "server", f"{status.name}: ready, {len(status.tools)} tools"))
+        elif status.state == "disabled":
+            findings.append(Finding("info", "server", f"{status.name}: disabled in the servers file"))
+        else:
+            error = status.error or status.state
+            findings.append(
+                Finding("FAIL", "server", f"{status.name}: {error}", _server_fix(config, status.name, error))
+            )
+    for name, runner in cm.runners.items():
+        findings.append(await _probe_runner(cm, name, runner.languages, runner.isolation))
     return findings
 
 

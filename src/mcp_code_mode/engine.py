@@ -6,7 +6,6 @@ async with CodeMode.from_config("mcp_servers.json") as cm:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,10 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from .bridge import ToolDispatcher
+from .cache import NewScript, ScriptCache, StoredScript, ToolUse, check_mode, code_key, derive_description, full_key
+from .cache.embed import make_embedder
 from .config import CodeModeConfig
+from .discovery import ToolSearch, select_tools
 from .downstream.pool import ToolPool
 from .errors import PackageError, UnsupportedError
 from .packages import Environment, PythonEnvironments, Whitelist, validate_python
@@ -86,12 +88,6 @@ class RunProgress:
 ProgressCallback = Callable[[RunProgress], Awaitable[None]]
 
 
-def script_hash(language: str, runner: str, code: str, packages: list[str]) -> str:
-    normalized = "\n".join(line.rstrip() for line in code.strip().splitlines())
-    blob = "\0".join([language, runner, normalized, *sorted(packages)])
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 class CodeMode:
     """Downstream servers, stubs and runners behind one ``execute`` call. Use as an async context manager."""
 
@@ -106,6 +102,11 @@ class CodeMode:
         self._index: StubIndex | None = None
         self._bundles: dict[str, StubBundle] = {}
         self._built_for = -1
+        self.embedder = make_embedder(settings.cache_embedder)
+        self.scripts = ScriptCache(
+            settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
+        )
+        self.tool_search = ToolSearch(self.embedder)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -114,6 +115,7 @@ class CodeMode:
 
     async def __aenter__(self) -> CodeMode:
         started: list[Runner] = []
+        await anyio.to_thread.run_sync(self.scripts.open)
         try:
             for runner in self.runners.values():
                 await runner.start()
@@ -122,6 +124,7 @@ class CodeMode:
         except BaseException:
             for runner in reversed(started):  # each runner holds a task group: leave them in LIFO order
                 await runner.aclose()
+            self.scripts.close()
             raise
         self._refresh()
         described = self.sandbox.describe()
@@ -138,6 +141,12 @@ class CodeMode:
         finally:
             for runner in reversed(self.runners.values()):
                 await runner.aclose()
+            self.scripts.close()
+            self.tool_search.close()
+
+    def _schema_hash(self, server: str, tool: str) -> str | None:
+        info = self.pool.find(server, tool)
+        return info.schema_hash if info else None
 
     # ----- stubs ----------------------------------------------------------------------------
 
@@ -168,8 +177,8 @@ class CodeMode:
             self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces)
         return self._bundles[stub_language]
 
-    def stubs(self, language: str = "python", servers: list[str] | None = None) -> str:
-        """The stubs (all servers, or the named ones) exactly as the sandbox defines them."""
+    def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
+        """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         stub_language = "typescript" if language in ("typescript", "ts", "javascript", "js") else language
         if stub_language in ("py", "python3"):
             stub_language = "python"
@@ -177,6 +186,8 @@ class CodeMode:
         if renderer is None:
             raise UnsupportedError(f"stubs for {language!r} are not supported (supported: {', '.join(RENDERERS)})")
         index = self.index
+        if names:
+            return renderer(index, select_tools(index, names))
         if servers is None:
             return self.bundle(stub_language).source
         selection: dict[str, tuple[ToolSpec, ...]] = {}
@@ -218,9 +229,11 @@ class CodeMode:
         runner: str | None = None,
         on_output: OutputCallback | None = None,
         on_progress: ProgressCallback | None = None,
+        cache: str = "auto",
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 
+        ``cache`` is ``auto``, ``reuse``, ``refresh`` or ``off`` (see ``mcp_code_mode.cache``).
         Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
         runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
         ``success=False``.
@@ -230,7 +243,9 @@ class CodeMode:
         ``progress_interval_ms`` until it ends. Cancelling the calling task stops the run: its worker
         process is killed before ``execute`` returns control.
         """
+        started = time.perf_counter()
         settings = self.config.settings
+        mode = check_mode(cache)
         lang, chosen = self.resolve_runner(language, runner)
         network = allow_networking and settings.allow_network
         self._check_isolation(chosen, network)
@@ -238,14 +253,21 @@ class CodeMode:
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
         requirements = self._validate_packages(lang, packages or [])
-        common = {"language": lang, "runner": chosen.name, "hash": script_hash(lang, chosen.name, code, requirements)}
+        key = code_key(lang, chosen.name, code, requirements)
+        # in a worker thread: a hit is counted, and another process may hold the write lock a moment
+        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key)
+        if hit is not None:
+            if on_output is not None and hit.output:
+                await on_output(hit.output)  # a replay's output arrives all at once
+            return replayed(hit, started)
+        common = {"language": lang, "runner": chosen.name}
         environment: Environment | None = None
         if requirements:
             try:
                 environment = await self.environments.ensure(chosen.name, requirements)
             except PackageError as exc:
                 error = {"type": "PackageInstallError", "message": str(exc)}
-                return RunResult.model_validate({"success": False, "error": error, **common})
+                return RunResult.model_validate({"success": False, "error": error, "hash": key, **common})
         bundle = self.bundle(chosen.stub_language)
         request = RunRequest(
             code=code,
@@ -264,6 +286,30 @@ class CodeMode:
             outcome = await chosen.run(request, dispatcher)
         else:
             outcome = await self._run_reporting(chosen, request, dispatcher, on_progress)
+        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
+        run_hash = full_key(key, tools)
+        new: NewScript | None = None
+        if outcome.success and mode != "off":
+            new = NewScript(
+                hash=run_hash,
+                code_key=key,
+                language=lang,
+                runner=chosen.name,
+                code=code,
+                packages=requirements,
+                description=(description or "").strip() or derive_description(code, [t.name for t in tools]),
+                description_given=bool((description or "").strip()),
+                output=outcome.output,
+                return_value=outcome.return_value,
+                truncated=outcome.truncated,
+                files=[{"path": f.path, "size": f.size} for f in outcome.files],
+                tools=tools,
+                tool_calls=len(dispatcher.calls),
+                # The local runner's interpreter cannot open a socket unless a package brings one.
+                network=network and (chosen.name != "local" or bool(requirements)),
+                execution_ms=outcome.duration * 1000,
+            )
+        await anyio.to_thread.run_sync(self.scripts.after_run, mode, new)
         return RunResult.model_validate(
             {
                 **common,
@@ -274,6 +320,7 @@ class CodeMode:
                 "returnValue": outcome.return_value,
                 "executionTime": round(outcome.duration * 1000),
                 "cached": False,
+                "hash": run_hash,
                 "toolCalls": len(dispatcher.calls),
                 "truncated": outcome.truncated,
                 "files": [{"path": f.path, "size": f.size} for f in outcome.files],
@@ -370,3 +417,22 @@ class CodeMode:
             manager = {"python": "uv (whitelisted PyPI wheels)"}.get(lang)
             out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": manager})
         return out
+
+
+def replayed(script: StoredScript, started: float) -> RunResult:
+    """The result of a stored run, answered without running it."""
+    return RunResult.model_validate(
+        {
+            "success": True,
+            "output": script.output,
+            "returnValue": script.return_value,
+            "executionTime": round((time.perf_counter() - started) * 1000),
+            "language": script.language,
+            "runner": script.runner,
+            "cached": True,
+            "hash": script.hash,
+            "toolCalls": 0,
+            "truncated": script.truncated,
+            "files": script.files,
+        }
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Generator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, get_args
 from weakref import WeakKeyDictionary
 
@@ -17,13 +17,18 @@ from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
 from . import __version__
+from .cache import CACHE_MODES
+from .discovery import first_sentence
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
+from .runners.local import SAFE_IMPORTS
+from .validate import validate_code as run_validation
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +36,8 @@ INSTRUCTIONS = """\
 Code mode: instead of calling tools one by one, write one Python script and run it with execute_code.
 Inside the script every tool of every connected MCP server is a plain function,
 e.g. filesystem.read_text_file(path="notes.txt"). Print what you need to see; intermediate data stays
-in the sandbox. get_tool_stubs shows the exact signatures."""
+in the sandbox. Find tools with search_tools, get exact signatures with get_tool_stubs, check a script
+with validate_code, and look for a proven script with search_cached_scripts before writing a new one."""
 
 EXECUTE_CODE_HEAD = """\
 Run a script in a sandbox where every tool of the connected MCP servers is an ordinary function.
@@ -40,7 +46,12 @@ Call tools as `server.tool(arg=value)`; results are the tool's structured conten
 text (parsed when JSON); a failing tool raises ToolError (catch it with `except ToolError as e`).
 `call_tool(server, tool, {...})` calls a tool by name. Print what you need to see, or end with an
 expression (or `final_answer(x)`) to return it as returnValue. `open()` works in the run's own
-workspace directory, which is deleted after the run. Use get_tool_stubs for exact signatures.
+workspace directory, which is deleted after the run.
+
+Discover tools with search_tools(query) and get exact signatures with get_tool_stubs(names=[...]).
+Successful scripts are cached: an identical script answers at once (cached: true) when its run had no
+side effects (no tool calls, no files written, no network access; cache="reuse" replays any stored
+run, cache="refresh" runs again); search_cached_scripts finds proven ones.
 
 Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
 modules such as json, re, math, datetime, collections, csv are importable); runner="cpython" runs
@@ -48,18 +59,24 @@ full Python. Either way the script is sandboxed: it sees only its workspace, and
 when allowNetworking is true. get_execution_limits tells what is in force."""
 
 
+SERVER_EXAMPLES = 4
+"""Tool names shown per server in ``execute_code``'s description; the rest are found with search_tools."""
+
+
 def describe_servers(engine: CodeMode) -> str:
+    """One line per server: namespace, summary, tool count and a few tool names. Small whatever the tool count."""
     lines: list[str] = []
     for spec in engine.index.servers:
         status = engine.pool.servers[spec.name]
         head = f"- {spec.namespace}"
         if spec.description:
-            head += f": {spec.description}"
+            head += f": {first_sentence(spec.description, 100)}"
         if status.state != "ready":
-            lines.append(f"{head} (not available: {status.error or status.state})")
+            lines.append(f"{head} (not available: {first_sentence(status.error or status.state, 120)})")
             continue
-        names = ", ".join(t.func for t in spec.tools)
-        lines.append(f"{head} ({len(spec.tools)} tools: {names})")
+        names = ", ".join(t.func for t in spec.tools[:SERVER_EXAMPLES])
+        more = ", …" if len(spec.tools) > SERVER_EXAMPLES else ""
+        lines.append(f"{head} ({len(spec.tools)} tools: {names}{more})")
     return "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
 
 
@@ -190,7 +207,47 @@ class CodeModeServer(MCPServer[Any]):
     async def list_tools(self) -> list[types.Tool]:
         tools = await super().list_tools()
         description = EXECUTE_CODE_HEAD + "\n\n" + describe_servers(self.engine)
-        return [t.model_copy(update={"description": description}) if t.name == "execute_code" else t for t in tools]
+        out: list[types.Tool] = []
+        for tool in tools:
+            update: dict[str, Any] = {"input_schema": compact_schema(tool.input_schema, inputs=True)}
+            if tool.name == "execute_code":
+                update["description"] = description
+            if tool.output_schema is not None:
+                # a free-form dict result says nothing a model can use; a real schema is kept, compacted
+                free_form = (
+                    tool.output_schema.get("additionalProperties") is True and "properties" not in tool.output_schema
+                )
+                update["output_schema"] = None if free_form else compact_schema(tool.output_schema)
+            out.append(tool.model_copy(update=update))
+        return out
+
+
+def compact_schema(schema: Any, *, inputs: bool = False) -> Any:
+    """A JSON Schema without pydantic's ``title`` noise; for ``inputs``, ``X | None`` written as ``X``.
+
+    ``tools/list`` is read by the model on every turn: this keeps it small. Optional parameters keep
+    their ``default`` and the server still accepts ``null`` for them; output schemas keep ``null``
+    because clients validate results against them.
+    """
+    if isinstance(schema, list):
+        return [compact_schema(item, inputs=inputs) for item in schema]  # pyright: ignore[reportUnknownVariableType]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():  # pyright: ignore[reportUnknownVariableType]
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: compact_schema(sub, inputs=inputs) for name, sub in value.items()}  # pyright: ignore[reportUnknownVariableType]
+        else:
+            out[key] = compact_schema(value, inputs=inputs)
+    options = out.get("anyOf")
+    if inputs and isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:  # pyright: ignore[reportUnknownArgumentType]
+        other = next(o for o in options if o != {"type": "null"})  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(other, dict):
+            del out["anyOf"]
+            out = {**other, **out}
+    return out
 
 
 def build_server(
@@ -232,6 +289,14 @@ def build_server(
             str | None,
             Field(description="Python runner: local (restricted interpreter, the default) or cpython (full Python)."),
         ] = None,
+        cache: Annotated[
+            str,
+            Field(
+                description="auto: replay a side-effect-free identical run; reuse: replay any; "
+                "refresh: run and overwrite; off.",
+                json_schema_extra={"enum": list(CACHE_MODES)},
+            ),
+        ] = "auto",
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
         reporter = RunReporter(ctx, server) if ctx is not None else None
@@ -246,6 +311,7 @@ def build_server(
                 runner=runner,
                 on_output=reporter.output if reporter else None,
                 on_progress=reporter.progress if reporter else None,
+                cache=cache,
             )
         except CodeModeError as exc:
             return refused(exc, language)
@@ -271,10 +337,93 @@ def build_server(
 
     @server.tool(name="get_tool_stubs")
     def get_tool_stubs(
-        server: Annotated[str | None, Field(description="Only this server's tools (all servers when empty).")] = None,
+        names: Annotated[
+            list[str] | None, Field(description="Tools, e.g. ['filesystem.read_text_file'] (from search_tools).")
+        ] = None,
+        server: Annotated[str | None, Field(description="All tools of this server.")] = None,
         language: Annotated[str, Field(description="Stub language: python.")] = "python",
     ) -> str:
-        """Return the stubs of the downstream tools exactly as they are defined in the sandbox."""
-        return engine.stubs(language.lower(), [server] if server else None)
+        """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
+        with tool_errors():
+            return engine.stubs(language.lower(), [server] if server else None, names)
 
+    register_discovery_tools(server, engine)
     return server
+
+
+Json = dict[str, Any]
+
+
+@contextmanager
+def tool_errors() -> Generator[None]:
+    """A refused request becomes a tool error whose text the model reads (not a hidden internal error)."""
+    try:
+        yield
+    except CodeModeError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
+    """search_tools, validate_code and the script cache tools."""
+
+    @server.tool(name="search_tools")
+    def search_tools(
+        query: Annotated[str, Field(description="What the tool should do, e.g. 'read a file'.")],
+        server: Annotated[str | None, Field(description="Only this server.")] = None,
+        detail: Annotated[
+            str,
+            Field(
+                description="name | summary (one line + signature) | full (stub).",
+                json_schema_extra={"enum": ["name", "summary", "full"]},
+            ),
+        ] = "summary",
+        limit: Annotated[int, Field(ge=1, le=50)] = 10,
+    ) -> Json:
+        """Find downstream tools by what they do, best first."""
+        with tool_errors():
+            return engine.tool_search.search(
+                engine.index, engine.pool.version, query, server=server, detail=detail, limit=limit
+            )
+
+    @server.tool(name="validate_code")
+    def validate_code(
+        language: Annotated[str, Field(description="Language of the code: python.")],
+        code: Annotated[str, Field(description="The script to check.")],
+    ) -> Json:
+        """Check a script without running it: syntax, imports, tool names, literal arguments vs schemas."""
+        return run_validation(language, code, engine.index, SAFE_IMPORTS)
+
+    @server.tool(name="search_cached_scripts")
+    async def search_cached_scripts(
+        query: Annotated[str, Field(description="The task, in words.")],
+        language: Annotated[str | None, Field(description="Only this language.")] = None,
+        limit: Annotated[int, Field(ge=1, le=50)] = 5,
+    ) -> Json:
+        """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
+        with tool_errors():
+            results = await anyio.to_thread.run_sync(engine.scripts.search, query, language, limit)
+        return {"query": query, "scripts": [r.to_json() for r in results]}
+
+    @server.tool(name="list_cached_scripts")
+    async def list_cached_scripts(
+        language: Annotated[str | None, Field(description="Only this language.")] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> Json:
+        """Cached scripts, most recently used first."""
+        with tool_errors():
+            scripts = await anyio.to_thread.run_sync(engine.scripts.list, language, limit)
+        return {"scripts": [s.summary() for s in scripts]}
+
+    @server.tool(name="get_cached_script")
+    async def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
+        """A cached script: code, result, tools, packages and stats."""
+        with tool_errors():
+            script = await anyio.to_thread.run_sync(engine.scripts.get, hash)
+        if script is None:
+            raise ToolError(f"no cached script with hash {hash!r} (or the prefix is ambiguous)")
+        return script.to_json()
+
+    @server.tool(name="get_cache_stats")
+    async def get_cache_stats() -> Json:
+        """Cache totals: scripts, size, per language, hit rate."""
+        return await anyio.to_thread.run_sync(engine.scripts.stats)

@@ -1,0 +1,193 @@
+"""The script cache: successful runs kept in SQLite, exact hits replayed when safe, hybrid search.
+
+``ScriptCache`` is what the engine holds: it opens the store under ``cache_dir``, decides whether a
+stored run may answer a request (the ``cache`` modes), remembers new runs and serves the discovery
+tools. It never fails a run: a broken cache file is moved aside (see ``store``), and a database
+error during a run is logged and treated as a miss.
+
+Modes of ``execute_code``'s ``cache`` parameter:
+
+- ``auto`` (default): replay an exact hit only if that run had no side effects (no tool calls, no
+  files written, no network) and ran less than ``cache_ttl`` seconds ago; otherwise run and store.
+- ``reuse``: replay any exact hit.
+- ``refresh``: run again and overwrite the stored result.
+- ``off``: neither read nor write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from ..errors import UnsupportedError
+from .describe import ToolUse, code_key, derive_description, full_key, normalize_code
+from .embed import Embedder, HashingEmbedder, StaticEmbedder, make_embedder
+from .models import NewScript, SearchResult, StoredScript
+from .store import ScriptStore
+
+logger = logging.getLogger(__name__)
+
+CacheMode = Literal["auto", "reuse", "refresh", "off"]
+CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
+DB_NAME = "scripts.db"
+
+CurrentSchema = Callable[[str, str], str | None]
+"""``(server, tool)`` → the tool's schema hash now, or None when the tool is gone."""
+
+ONE_DAY = 86_400.0
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "mcp-code-mode"
+
+
+def check_mode(mode: str) -> CacheMode:
+    if mode not in CACHE_MODES:
+        raise UnsupportedError(f"cache must be one of {', '.join(CACHE_MODES)}, got {mode!r}")
+    return mode  # pyright: ignore[reportReturnType]
+
+
+class ScriptCache:
+    """The engine's view of the store: lookups with the replay rules, storing runs, discovery."""
+
+    def __init__(
+        self,
+        directory: Path | None,
+        *,
+        ttl: float,
+        embedder: Embedder | None,
+        current_schema: CurrentSchema | None,
+    ) -> None:
+        """``current_schema`` is None where no servers are connected (the CLI): nothing is known to be stale."""
+        self.directory = directory or default_cache_dir()
+        self.ttl = ttl
+        self.current_schema = current_schema
+        self.store: ScriptStore | None = None
+        self._embedder = embedder
+        self.problems: list[str] = []
+
+    @property
+    def path(self) -> Path:
+        return self.directory / DB_NAME
+
+    def open(self) -> None:
+        """Open (or create) the database; a failure leaves the cache off and says why in ``problems``."""
+        store = ScriptStore(self.path, self._embedder)
+        try:
+            store.open()
+        except (OSError, sqlite3.Error) as exc:
+            message = f"the script cache is off: {self.path} cannot be used: {exc}"
+            logger.warning(message)
+            self.problems.append(message)
+            return
+        self.problems.extend(store.problems)
+        self.store = store
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    # ----- execution -------------------------------------------------------------------------
+
+    def is_current(self, script: StoredScript) -> bool:
+        """Every tool the script used still exists with the schema it had."""
+        current = self.current_schema
+        if current is None:
+            return False
+        return all(current(t.server, t.tool) == t.schema_hash for t in script.tools)
+
+    def lookup(self, mode: CacheMode, key: str) -> StoredScript | None:
+        """The stored run that answers a request in ``mode``, or None (run it).
+
+        A hit is counted here; a miss is counted by ``after_run``, so that nothing is written
+        before a script runs.
+        """
+        if self.store is None or mode in ("off", "refresh"):
+            return None
+        try:
+            for script in self.store.candidates(key):
+                if not self.is_current(script):
+                    continue
+                fresh = time.time() - script.last_run_at < self.ttl
+                if mode == "reuse" or (script.side_effect_free and fresh):
+                    self.store.record_lookup(script.id)
+                    return script
+        except sqlite3.Error:
+            logger.exception("cache lookup failed; running the script")
+        return None
+
+    def after_run(self, mode: CacheMode, script: NewScript | None) -> StoredScript | None:
+        """Count the missed lookup and store a successful run (blocking: call it in a worker thread)."""
+        if self.store is None or mode == "off":
+            return None
+        counted = mode in ("auto", "reuse")
+        try:
+            if script is not None:
+                return self.store.put(script, count_lookup=counted)
+            if counted:
+                self.store.record_lookup(None)
+        except sqlite3.Error:
+            logger.exception("storing the run in the cache failed")
+        return None
+
+    # ----- discovery ---------------------------------------------------------------------------
+
+    def _require(self) -> ScriptStore:
+        if self.store is None:
+            raise UnsupportedError(
+                "the script cache is not available" + (f": {'; '.join(self.problems)}" if self.problems else "")
+            )
+        return self.store
+
+    def search(self, query: str, language: str | None = None, limit: int = 5) -> list[SearchResult]:
+        is_stale = None if self.current_schema is None else (lambda s: not self.is_current(s))
+        return self._require().search(query, language=language, limit=limit, is_stale=is_stale)
+
+    def list(self, language: str | None = None, limit: int = 20) -> list[StoredScript]:
+        return self._require().list(language, limit)
+
+    def get(self, hash_or_prefix: str) -> StoredScript | None:
+        return self._require().get(hash_or_prefix)
+
+    def stats(self) -> dict[str, Any]:
+        if self.store is None:
+            return {"path": str(self.path), "enabled": False, "problems": list(self.problems)}
+        stats = self.store.stats()
+        stats["problems"] = list(dict.fromkeys([*self.problems, *stats["problems"]]))
+        return {"enabled": True, **stats, "ttlSeconds": self.ttl, "environments": None}
+
+    def prune(self, older_than: float) -> int:
+        return self._require().prune(older_than)
+
+    def iter_all(self) -> Iterator[StoredScript]:
+        return self._require().iter_all()
+
+
+__all__ = [
+    "CACHE_MODES",
+    "CacheMode",
+    "Embedder",
+    "HashingEmbedder",
+    "NewScript",
+    "ScriptCache",
+    "ScriptStore",
+    "SearchResult",
+    "StaticEmbedder",
+    "StoredScript",
+    "ToolUse",
+    "check_mode",
+    "code_key",
+    "default_cache_dir",
+    "derive_description",
+    "full_key",
+    "make_embedder",
+    "normalize_code",
+]

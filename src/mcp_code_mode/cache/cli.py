@@ -1,0 +1,153 @@
+"""``mcp-code-mode cache …``: look into and tidy the script cache without starting any server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..config import Settings
+from . import ONE_DAY, ScriptCache
+from .embed import make_embedder
+
+DEFAULT_PRUNE_DAYS = 30.0
+
+
+def add_cache_parser(sub: Any) -> None:
+    """Register ``cache`` and its subcommands on the main parser's subparsers."""
+    cache = sub.add_parser(
+        "cache",
+        help="search, list, show, export or prune the script cache",
+        description="The script cache: every successful execute_code run, kept in scripts.db under "
+        "$CODE_MODE_CACHE_DIR (default: ~/.cache/mcp-code-mode).",
+    )
+    commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)
+
+    search = commands.add_parser("search", help="find cached scripts by describing the task")
+    search.add_argument("query", help="the task in words, e.g. 'parse CSV and sum a column'")
+    search.add_argument("--language", help="only scripts in this language")
+    search.add_argument("--limit", type=int, default=5, help="how many results (default: 5)")
+    search.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = commands.add_parser("list", help="list cached scripts, most recently used first")
+    listing.add_argument("--language", help="only scripts in this language")
+    listing.add_argument("--limit", type=int, default=20, help="how many scripts (default: 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+
+    show = commands.add_parser("show", help="print one script: code, output, tools and stats")
+    show.add_argument("hash", help="the script's hash, or a unique prefix of at least 6 characters")
+    show.add_argument("--json", action="store_true", help="print JSON")
+
+    commands.add_parser("stats", help="print totals, size, per-language counts and the hit rate (JSON)")
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete scripts not used for a while",
+        description="Delete scripts not used (run or replayed) for --older-than days. Package environments "
+        "are not cached yet, so there are none to prune.",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=float,
+        default=DEFAULT_PRUNE_DAYS,
+        metavar="DAYS",
+        help=f"age in days since last use (default: {DEFAULT_PRUNE_DAYS:g})",
+    )
+
+    export = commands.add_parser("export", help="write every script as JSON lines (one object per script)")
+    export.add_argument("--output", "-o", type=Path, help="file to write (default: standard output)")
+
+
+def run_cache_command(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run one ``cache`` subcommand; returns the exit status."""
+    stream: TextIO = out if out is not None else sys.stdout
+    # search needs the embedder; the other commands never load it
+    embedder = make_embedder(settings.cache_embedder) if args.cache_command == "search" else None
+    cache = ScriptCache(settings.cache_dir, ttl=settings.cache_ttl, embedder=embedder, current_schema=None)
+    cache.open()
+    try:
+        for problem in cache.problems:
+            print(f"mcp-code-mode: {problem}", file=sys.stderr)
+        if cache.store is None:
+            return 1
+        return _dispatch(cache, args, stream)
+    finally:
+        cache.close()
+
+
+def _dispatch(cache: ScriptCache, args: argparse.Namespace, out: TextIO) -> int:
+    command = args.cache_command
+    if command == "search":
+        results = cache.search(args.query, args.language, args.limit)
+        if args.json:
+            _dump([r.to_json() for r in results], out)
+        for r in [] if args.json else results:
+            print(f"{r.script.hash[:12]}  {r.hit.score:.4f}  {r.script.language:<10} {r.script.description}", file=out)
+        return 0
+    if command == "list":
+        scripts = cache.list(args.language, args.limit)
+        if args.json:
+            _dump([s.summary() for s in scripts], out)
+        for s in [] if args.json else scripts:
+            last = s.summary()["lastUsed"]
+            runs = f"{s.run_count} runs, {s.hit_count} hits"
+            print(f"{s.hash[:12]}  {last}  {s.language:<10} {runs:<18} {s.description}", file=out)
+        return 0
+    if command == "show":
+        script = cache.get(args.hash)
+        if script is None:
+            print(
+                f"mcp-code-mode: no cached script with hash {args.hash!r} (or the prefix is ambiguous)", file=sys.stderr
+            )
+            return 1
+        data = script.to_json()
+        if args.json:
+            _dump(data, out)
+            return 0
+        for key in (
+            "hash",
+            "language",
+            "runner",
+            "description",
+            "tools",
+            "runCount",
+            "hitCount",
+            "created",
+            "lastUsed",
+        ):
+            print(f"{key}: {data[key]}", file=out)
+        print("--- code ---", file=out)
+        print(script.code, file=out)
+        print("--- output ---", file=out)
+        print(script.output.rstrip("\n"), file=out)
+        if script.return_value is not None:
+            print("--- return value ---", file=out)
+            _dump(script.return_value, out)
+        return 0
+    if command == "stats":
+        _dump(cache.stats(), out)
+        return 0
+    if command == "prune":
+        removed = cache.prune(args.older_than * ONE_DAY)
+        print(f"pruned {removed} script(s) not used for {args.older_than:g} days", file=out)
+        print("package environments: none cached (not supported yet)", file=out)
+        return 0
+    assert command == "export"
+    target = args.output.open("w", encoding="utf-8") if args.output else out
+    try:
+        count = 0
+        for script in cache.iter_all():
+            target.write(json.dumps(script.to_json(), ensure_ascii=False, default=repr) + "\n")
+            count += 1
+    finally:
+        if args.output:
+            target.close()
+    if args.output:
+        print(f"exported {count} script(s) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _dump(value: Any, out: TextIO) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=repr), file=out)

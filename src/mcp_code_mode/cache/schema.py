@@ -1,0 +1,73 @@
+"""The cache database's schema: numbered migrations, applied in order, recorded in ``PRAGMA user_version``.
+
+A migration is appended, never edited: a database at version N runs migrations N+1… when opened.
+A database whose version is newer than ``SCHEMA_VERSION`` came from a newer build; it is moved aside.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: scripts, their full-text index and their embedding vectors; counters for the hit rate.
+    """
+    CREATE TABLE scripts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        hash TEXT NOT NULL UNIQUE,
+        code_key TEXT NOT NULL,
+        language TEXT NOT NULL,
+        runner TEXT NOT NULL,
+        code TEXT NOT NULL,
+        packages TEXT NOT NULL DEFAULT '[]',
+        description TEXT NOT NULL DEFAULT '',
+        description_given INTEGER NOT NULL DEFAULT 0,
+        output TEXT NOT NULL DEFAULT '',
+        return_value TEXT NOT NULL DEFAULT 'null',
+        truncated INTEGER NOT NULL DEFAULT 0,
+        files TEXT NOT NULL DEFAULT '[]',
+        tools TEXT NOT NULL DEFAULT '[]',
+        tool_names TEXT NOT NULL DEFAULT '',
+        tool_calls INTEGER NOT NULL DEFAULT 0,
+        network INTEGER NOT NULL DEFAULT 0,
+        execution_ms REAL NOT NULL DEFAULT 0,
+        run_count INTEGER NOT NULL DEFAULT 1,
+        hit_count INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        last_run_at REAL NOT NULL,
+        last_used_at REAL NOT NULL
+    );
+    CREATE INDEX scripts_code_key ON scripts(code_key);
+    CREATE INDEX scripts_last_used ON scripts(last_used_at);
+    CREATE INDEX scripts_language ON scripts(language, last_used_at);
+
+    CREATE VIRTUAL TABLE scripts_fts USING fts5(
+        description, tool_names, code, content='scripts', content_rowid='id', tokenize='porter unicode61'
+    );
+    CREATE TRIGGER scripts_ai AFTER INSERT ON scripts BEGIN
+        INSERT INTO scripts_fts(rowid, description, tool_names, code)
+        VALUES (new.id, new.description, new.tool_names, new.code);
+    END;
+    CREATE TRIGGER scripts_ad AFTER DELETE ON scripts BEGIN
+        INSERT INTO scripts_fts(scripts_fts, rowid, description, tool_names, code)
+        VALUES ('delete', old.id, old.description, old.tool_names, old.code);
+        DELETE FROM vectors WHERE script_id = old.id;
+    END;
+    CREATE TRIGGER scripts_au AFTER UPDATE OF description, tool_names, code ON scripts BEGIN
+        INSERT INTO scripts_fts(scripts_fts, rowid, description, tool_names, code)
+        VALUES ('delete', old.id, old.description, old.tool_names, old.code);
+        INSERT INTO scripts_fts(rowid, description, tool_names, code)
+        VALUES (new.id, new.description, new.tool_names, new.code);
+    END;
+
+    CREATE TABLE vectors (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        script_id INTEGER NOT NULL UNIQUE,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE INDEX vectors_model ON vectors(model, id);
+
+    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL DEFAULT 0);
+    INSERT INTO counters(name, value) VALUES ('lookups', 0), ('hits', 0), ('replays', 0), ('stores', 0);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

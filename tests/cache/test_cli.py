@@ -1,0 +1,73 @@
+"""`mcp-code-mode cache …`: search, list, show, stats, prune and export, without any servers file."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_code_mode.cache.store import ScriptStore
+from mcp_code_mode.cli import main
+
+from .helpers import new_script
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("CODE_MODE_CACHE_DIR", str(directory))
+    monkeypatch.setenv("CODE_MODE_CACHE_EMBEDDER", "hashing")
+    monkeypatch.chdir(tmp_path)  # no mcp_servers.json here: the cache commands must not need one
+    store = ScriptStore(directory / "scripts.db").open()
+    store.put(new_script("rows = read()\nsum(rows)", description="sum a column of a CSV file", output="42\n"))
+    old = store.put(new_script("send()", description="email the weekly report", tools=["email.send"]))
+    store.conn.execute("UPDATE scripts SET last_used_at = ? WHERE id = ?", (time.time() - 40 * 86400, old.id))
+    store.close()
+    return directory
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["cache", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_search_and_list_print_one_line_per_script(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "search", "add up a csv column")
+    assert status == 0 and out.splitlines()[0].endswith("sum a column of a CSV file")
+    status, out, _ = run(capsys, "list")
+    assert status == 0 and [line.split()[-1] for line in out.splitlines()] == ["file", "report"]
+    status, out, _ = run(capsys, "search", "csv", "--json")
+    assert json.loads(out)[0]["description"] == "sum a column of a CSV file"
+
+
+def test_show_prints_code_and_output_by_hash_prefix(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "list", "--json")
+    first = json.loads(out)[0]["hash"]
+    status, out, _ = run(capsys, "show", first[:8])
+    assert status == 0 and "--- code ---\nrows = read()\nsum(rows)" in out and "--- output ---\n42" in out
+    status, _, err = run(capsys, "show", "abcdef123")
+    assert status == 1 and "no cached script" in err
+
+
+def test_stats_prune_and_export(cache_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, _ = run(capsys, "stats")
+    stats = json.loads(out)
+    assert status == 0 and stats["scripts"] == 2 and stats["path"] == str(cache_dir / "scripts.db")
+    status, out, _ = run(capsys, "prune", "--older-than", "30")
+    assert status == 0 and "pruned 1 script(s)" in out
+    target = tmp_path / "export.jsonl"
+    status, _, err = run(capsys, "export", "--output", str(target))
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert status == 0 and "exported 1 script(s)" in err
+    assert [json.loads(line)["description"] for line in lines] == ["sum a column of a CSV file"]
+
+
+def test_help_names_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["cache", "--help"])
+    out = capsys.readouterr().out
+    for command in ("search", "list", "show", "stats", "prune", "export"):
+        assert f"    {command} " in out

@@ -1,0 +1,183 @@
+"""The cache inside execute: replay rules per mode, the replay trap, invalidation, stale search results."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.errors import UnsupportedError
+
+from ..conftest import filesystem_entry, fixture_entry, make_config
+
+pytestmark = pytest.mark.anyio
+
+PURE = "total = sum(i * i for i in range(100))\nprint('total', total)\ntotal"
+
+
+@pytest.fixture(scope="module")
+async def cm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CodeMode]:
+    base = tmp_path_factory.mktemp("cache-engine")
+    (base / "files").mkdir()
+    config = make_config(
+        {"filesystem": filesystem_entry(base / "files"), "fixture": fixture_entry()},
+        workspace_dir=base / "runs",
+        cache_dir=base / "cache",
+    )
+    async with CodeMode(config) as engine:
+        yield engine
+
+
+def calls_to(cm: CodeMode, server: str) -> int:
+    return cm.pool.servers[server].calls
+
+
+async def test_auto_replays_a_side_effect_free_run_from_the_cache(cm: CodeMode) -> None:
+    code = PURE + "  # auto replay"
+    first = await cm.execute(code, allow_networking=False)
+    second = await cm.execute(code, allow_networking=False)
+    assert first.success and not first.cached
+    assert second.cached and second.success
+    assert (second.output, second.return_value, second.hash) == ("total 328350\n", 328350, first.hash)
+    stored = cm.scripts.get(first.hash)
+    assert stored is not None and stored.hit_count == 1 and stored.run_count == 1
+
+
+async def test_auto_runs_again_when_the_run_could_reach_the_network(cm: CodeMode) -> None:
+    code = PURE + "  # networking on"
+    await cm.execute(code, allow_networking=True, runner="cpython")
+    again = await cm.execute(code, allow_networking=True, runner="cpython")
+    assert not again.cached
+    offline = await cm.execute(code, allow_networking=False, runner="cpython")
+    assert offline.success and not offline.cached  # the stored run for this key had networking on
+
+
+async def test_the_local_runner_without_packages_cannot_reach_the_network_so_auto_replays(cm: CodeMode) -> None:
+    code = PURE + "  # local, networking allowed but unreachable"
+    first = await cm.execute(code, allow_networking=True)
+    again = await cm.execute(code, allow_networking=True)
+    assert not first.cached and again.cached
+
+
+async def test_a_script_that_writes_through_a_tool_runs_again_so_the_write_happens_again(cm: CodeMode) -> None:
+    code = """
+try:
+    n = int(filesystem.read_text_file(path="counter.txt")["content"])
+except ToolError:
+    n = 0
+filesystem.write_file(path="counter.txt", content=str(n + 1))
+n + 1
+"""
+    first = await cm.execute(code, allow_networking=False)
+    second = await cm.execute(code, allow_networking=False)
+    assert (first.return_value, second.return_value) == (1, 2)
+    assert not first.cached and not second.cached
+    assert first.hash == second.hash
+
+
+async def test_files_written_in_the_workspace_prevent_an_auto_replay(cm: CodeMode) -> None:
+    code = "with open('out.txt', 'w') as f:\n    f.write('x')\nprint('wrote')"
+    first = await cm.execute(code, allow_networking=False)
+    assert first.success and [f.path for f in first.files] == ["out.txt"]
+    assert not (await cm.execute(code, allow_networking=False)).cached
+
+
+async def test_reuse_replays_a_run_with_tool_calls_without_calling_the_tool(cm: CodeMode) -> None:
+    code = "fixture.now()['result']  # reuse"
+    first = await cm.execute(code, cache="reuse")
+    calls = calls_to(cm, "fixture")
+    second = await cm.execute(code, cache="reuse")
+    assert second.cached and second.return_value == first.return_value
+    assert calls_to(cm, "fixture") == calls
+
+
+async def test_refresh_runs_again_and_overwrites_the_stored_result(cm: CodeMode) -> None:
+    code = "fixture.now()['result']  # refresh"
+    first = await cm.execute(code)
+    refreshed = await cm.execute(code, cache="refresh")
+    assert not refreshed.cached and refreshed.return_value != first.return_value
+    replay = await cm.execute(code, cache="reuse")
+    assert replay.cached and replay.return_value == refreshed.return_value
+
+
+async def test_off_neither_reads_nor_writes(cm: CodeMode) -> None:
+    code = PURE + "  # off"
+    before = cm.scripts.stats()["stored"]
+    result = await cm.execute(code, cache="off", allow_networking=False)
+    assert result.success and len(result.hash) == 64
+    assert cm.scripts.stats()["stored"] == before
+    assert cm.scripts.get(result.hash) is None
+    await cm.execute(code, allow_networking=False)
+    assert not (await cm.execute(code, cache="off", allow_networking=False)).cached
+
+
+async def test_failed_runs_are_not_stored_and_unknown_modes_are_refused(cm: CodeMode) -> None:
+    result = await cm.execute("1/0", allow_networking=False)
+    assert not result.success and cm.scripts.get(result.hash) is None
+    with pytest.raises(UnsupportedError, match="cache must be one of"):
+        await cm.execute("1", cache="sometimes")
+
+
+async def test_a_description_is_derived_from_the_code_when_none_is_given(cm: CodeMode) -> None:
+    code = '"""Add two numbers with the fixture."""\nfixture.add(a=1, b=2)'
+    result = await cm.execute(code)
+    stored = cm.scripts.get(result.hash)
+    assert stored is not None
+    assert stored.description == "Add two numbers with the fixture. (calls fixture.add)"
+    given = await cm.execute(code + "\n# v2", description="add numbers")
+    assert (s := cm.scripts.get(given.hash)) is not None and s.description == "add numbers"
+
+
+async def test_a_changed_tool_schema_ends_exact_hits_and_marks_search_results_stale(cm: CodeMode) -> None:
+    code = "fixture.echo(text='stale check')"
+    first = await cm.execute(code, description="echo a stale check")
+    assert (await cm.execute(code, cache="reuse")).cached
+    [hit] = [r for r in cm.scripts.search("echo stale check") if r.script.hash == first.hash]
+    assert hit.stale is False
+
+    server = cm.pool.servers["fixture"]
+    original = list(server.tools)
+    server.tools = [
+        dataclasses.replace(t, input_schema={**t.input_schema, "required": ["text", "volume"]})
+        if t.name == "echo"
+        else t
+        for t in original
+    ]
+    cm.pool._changed()  # what a tools/list_changed refresh does
+    try:
+        rerun = await cm.execute(code, cache="reuse")
+        assert not rerun.cached and rerun.hash != first.hash
+        [old] = [r for r in cm.scripts.search("echo stale check", limit=10) if r.script.hash == first.hash]
+        assert old.stale is True
+    finally:
+        server.tools = original
+        cm.pool._changed()
+
+
+async def test_a_replay_is_counted_in_the_hit_rate(cm: CodeMode) -> None:
+    before = cm.scripts.stats()
+    code = PURE + "  # hit rate"
+    await cm.execute(code, allow_networking=False)
+    await cm.execute(code, allow_networking=False)
+    after = cm.scripts.stats()
+    assert after["lookups"] == before["lookups"] + 2
+    assert after["hits"] == before["hits"] + 1
+    assert after["perLanguage"]["python"]["scripts"] >= 1
+
+
+async def test_a_broken_cache_file_never_fails_a_run(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    (cache_dir / "scripts.db").write_bytes(b"garbage" * 1000)
+    config = make_config({}, workspace_dir=tmp_path / "runs", cache_dir=cache_dir)
+    async with CodeMode(config) as engine:
+        with anyio.fail_after(60):
+            result = await engine.execute("print('still runs')", allow_networking=False)
+        assert result.success and result.output == "still runs\n"
+        stats = engine.scripts.stats()
+        assert stats["enabled"] and "corrupt" in stats["problems"][0]
+    assert [p.name.startswith("scripts.db.corrupt-") for p in cache_dir.iterdir()].count(True) == 1
