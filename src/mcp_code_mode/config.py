@@ -99,8 +99,11 @@ class Settings(BaseModel):
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
     python_runner: Literal["local"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
+    deno_dir: Path | None = None
+    """Deno's cache (npm packages, compiled modules) for the JavaScript/TypeScript runner.
+    Default: ~/.cache/mcp-code-mode/deno (under $XDG_CACHE_HOME when set)."""
 
-    @field_validator("config", "workspace_dir", mode="before")
+    @field_validator("config", "workspace_dir", "deno_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

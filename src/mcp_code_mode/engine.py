@@ -96,7 +96,7 @@ class CodeMode:
                 started.append(runner)
             await self.pool.__aenter__()
         except BaseException:
-            for runner in started:
+            for runner in reversed(started):
                 await runner.aclose()
             raise
         self._refresh()
@@ -106,7 +106,8 @@ class CodeMode:
         try:
             await self.pool.__aexit__(*exc_info)
         finally:
-            for runner in self.runners.values():
+            # Last started, first closed: each runner's task group is nested in the previous one's.
+            for runner in reversed(self.runners.values()):
                 await runner.aclose()
 
     # ----- stubs ----------------------------------------------------------------------------
@@ -135,7 +136,8 @@ class CodeMode:
         if stub_language not in self._bundles:
             source = RENDERERS[stub_language](index, None)
             namespaces = tuple(s.namespace for s in index.servers)
-            self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces)
+            functions = {s.namespace: tuple(t.func for t in s.tools) for s in index.servers}
+            self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces, functions)
         return self._bundles[stub_language]
 
     def stubs(self, language: str = "python", servers: list[str] | None = None) -> str:
@@ -195,7 +197,7 @@ class CodeMode:
         """
         settings = self.config.settings
         lang, chosen = self.resolve_runner(language, runner)
-        if packages:
+        if packages and lang == "python":
             raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= settings.max_timeout_ms:
@@ -209,6 +211,7 @@ class CodeMode:
             stubs=bundle,
             allow_network=allow_networking,
             authorized_imports=SAFE_IMPORTS,
+            packages=tuple(packages or ()),
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
         outcome = await chosen.run(request, dispatcher)

@@ -7,21 +7,37 @@ from __future__ import annotations
 
 from ..config import Settings
 from .base import Runner
+from .deno import DenoRunner, default_deno_dir
 from .local import LocalRunner
 
 # The languages a script may name, with their aliases.
-LANGUAGE_ALIASES: dict[str, str] = {"python": "python", "py": "python", "python3": "python"}
+LANGUAGE_ALIASES: dict[str, str] = {
+    "python": "python",
+    "py": "python",
+    "python3": "python",
+    "javascript": "javascript",
+    "js": "javascript",
+    "typescript": "typescript",
+    "ts": "typescript",
+}
 
 
 def build_runners(settings: Settings) -> dict[str, Runner]:
     """Every runner this build offers, by name (not yet started)."""
-    runners: list[Runner] = [LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir)]
+    runners: list[Runner] = [
+        LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir),
+        DenoRunner(
+            pool_size=settings.pool_size,
+            workspace_root=settings.workspace_dir,
+            deno_dir=settings.deno_dir or default_deno_dir(),
+        ),
+    ]
     return {runner.name: runner for runner in runners}
 
 
 def default_runner(settings: Settings, language: str) -> str:
     """The runner used for ``language`` when a request names none."""
-    return {"python": settings.python_runner}.get(language, "")
+    return {"python": settings.python_runner, "javascript": "deno", "typescript": "deno"}.get(language, "")
 
 
 __all__ = ["LANGUAGE_ALIASES", "Runner", "build_runners", "default_runner"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +16,8 @@ class StubBundle:
     source: str
     version: int
     namespaces: tuple[str, ...]
+    functions: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
+    """Namespace → function names, for runners that define the stubs from names (``deno``)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class RunRequest:
     stubs: StubBundle
     allow_network: bool = False
     authorized_imports: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    """Packages the request asked for (``packages`` of ``execute_code``); runners that take none get ()."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,8 +89,11 @@ class Worker:
             if pgid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
+        if self.process.returncode is None:
+            # os.kill, not process.kill(): Popen.send_signal() polls first, which can reap the child
+            # before asyncio's child watcher does (it then logs "Unknown child process").
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             await self.process.wait()
         await self.process.aclose()
@@ -108,9 +111,17 @@ class WorkerPool:
     """
 
     def __init__(
-        self, argv: Sequence[str], *, size: int, workspace_root: Path | None, label: str, max_idle: int = 8
+        self,
+        argv: Sequence[str],
+        *,
+        size: int,
+        workspace_root: Path | None,
+        label: str,
+        max_idle: int = 8,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._argv = list(argv)
+        self._env = dict(env or {})
         self._size = size
         self._max_idle = max(size, max_idle)
         self._workspace_root = workspace_root
@@ -164,7 +175,7 @@ class WorkerPool:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=workspace,
-                env=sandbox_environment(workspace),
+                env=sandbox_environment(workspace) | self._env,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -264,8 +275,16 @@ class ProcessRunner:
     host_pids = True
     """Whether a pid the worker reports is valid on the host (false inside a pid namespace)."""
 
-    def __init__(self, argv: Sequence[str], *, pool_size: int, workspace_root: Path | None) -> None:
-        self._pool = WorkerPool(argv, size=pool_size, workspace_root=workspace_root, label=self.name)
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        pool_size: int,
+        workspace_root: Path | None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``env`` is added to the worker's otherwise empty environment (``sandbox_environment``)."""
+        self._pool = WorkerPool(argv, size=pool_size, workspace_root=workspace_root, label=self.name, env=env)
         self._tg: TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
