@@ -32,13 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a script against the configured servers and print its result")
     run.add_argument("script", type=Path, help="the script file ('-' reads standard input)")
     run.add_argument("--config", type=Path, help=CONFIG_HELP)
-    run.add_argument("--language", default="python", help="language of the script (default: python)")
+    run.add_argument("--language", default="python", help="python (default), javascript or typescript")
     run.add_argument("--runner", help="runner to use (default: the language's default runner)")
     run.add_argument("--timeout", type=int, help="timeout in milliseconds (default: 30000)")
     run.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     stubs = sub.add_parser("stubs", help="print the stubs scripts see for the configured servers")
     stubs.add_argument("server", nargs="?", help="only this server")
+    stubs.add_argument("--language", default="python", help="python (default) or typescript (also for javascript)")
     stubs.add_argument("--config", type=Path, help=CONFIG_HELP)
     return parser
 
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return anyio.run(_run, config, args)
         if args.command == "stubs":
-            return anyio.run(_stubs, config, args.server)
+            return anyio.run(_stubs, config, args.server, args.language)
     except CodeModeError as exc:
         print(f"mcp-code-mode: {exc}", file=sys.stderr)
         return 1
@@ -111,12 +112,12 @@ def _print_result(result: RunResult, *, as_json: bool) -> None:
     )
 
 
-async def _stubs(config: CodeModeConfig, server: str | None) -> int:
+async def _stubs(config: CodeModeConfig, server: str | None, language: str = "python") -> int:
     async with CodeMode(config) as cm:
         for status in cm.pool.servers.values():
             if status.state not in ("ready", "disabled"):
                 print(f"# {status.name}: {status.state}: {status.error}", file=sys.stderr)
-        print(cm.stubs("python", [server] if server else None))
+        print(cm.stubs(language.lower(), [server] if server else None))
     return 0
 
 

@@ -17,10 +17,11 @@ from .engine import CodeMode, ErrorDetail, RunResult
 from .errors import CodeModeError
 
 INSTRUCTIONS = """\
-Code mode: instead of calling tools one by one, write one Python script and run it with execute_code.
-Inside the script every tool of every connected MCP server is a plain function,
-e.g. filesystem.read_text_file(path="notes.txt"). Print what you need to see; intermediate data stays
-in the sandbox. get_tool_stubs shows the exact signatures."""
+Code mode: instead of calling tools one by one, write one script (Python, JavaScript or TypeScript) and
+run it with execute_code. Inside the script every tool of every connected MCP server is a plain function,
+e.g. filesystem.read_text_file(path="notes.txt") in Python or await filesystem.read_text_file({ path: "notes.txt" })
+in JavaScript. Print what you need to see; intermediate data stays in the sandbox. get_tool_stubs shows
+the exact signatures."""
 
 EXECUTE_CODE_HEAD = """\
 Run a script in a sandbox where every tool of the connected MCP servers is an ordinary function.
@@ -32,7 +33,13 @@ expression (or `final_answer(x)`) to return it as returnValue. `open()` works in
 workspace directory, which is deleted after the run. Use get_tool_stubs for exact signatures.
 
 Python runs in smolagents' restricted interpreter (no os, sys or subprocess; safe stdlib modules
-such as json, re, math, datetime, collections, csv are importable)."""
+such as json, re, math, datetime, collections, csv are importable).
+
+JavaScript and TypeScript run under Deno (an ES module: top-level await works): call tools as
+`await server.tool({ arg: value })` or `await callTool(server, tool, {...})`; a failing tool throws
+ToolError. console.log/console.error are captured; `export default value` returns value as
+returnValue. `require('fs')` and allowed npm packages (`require('axios')`, `import _ from 'lodash'`)
+work; type errors do not stop a run (get_tool_stubs with language "typescript" has the declarations)."""
 
 
 def describe_servers(engine: CodeMode) -> str:
@@ -132,15 +139,20 @@ def build_server(engine: CodeMode) -> CodeModeServer:
 
     @server.tool(name="execute_code", description=EXECUTE_CODE_HEAD)
     async def execute_code(
-        language: Annotated[str, Field(description="Language of the code: python.")],
+        language: Annotated[
+            str, Field(description="Language of the code: python, javascript (js) or typescript (ts).")
+        ],
         code: Annotated[str, Field(description="The script to run.")],
         packages: Annotated[
-            list[str] | None, Field(description="Packages to install first (not supported yet: leave empty).")
+            list[str] | None,
+            Field(description="npm packages for JavaScript/TypeScript (allow-listed); Python: not supported yet."),
         ] = None,
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
-        runner: Annotated[str | None, Field(description="Runner: local (default).")] = None,
+        runner: Annotated[
+            str | None, Field(description="Runner: local (Python, default) or deno (JavaScript/TypeScript, default).")
+        ] = None,
     ) -> Annotated[CallToolResult, RunResult]:
         try:
             result = await engine.execute(
@@ -159,7 +171,9 @@ def build_server(engine: CodeMode) -> CodeModeServer:
     @server.tool(name="get_tool_stubs")
     def get_tool_stubs(
         server: Annotated[str | None, Field(description="Only this server's tools (all servers when empty).")] = None,
-        language: Annotated[str, Field(description="Stub language: python.")] = "python",
+        language: Annotated[
+            str, Field(description="Stub language: python, or typescript (also for javascript).")
+        ] = "python",
     ) -> str:
         """Return the stubs of the downstream tools exactly as they are defined in the sandbox."""
         return engine.stubs(language.lower(), [server] if server else None)

@@ -29,6 +29,7 @@ import anyio
 
 from ..bridge import ToolDispatcher
 from ..errors import RunnerError
+from ..validate_ts import Finding, check_typescript
 from . import npm
 from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
 from .process import ProcessRunner, Worker
@@ -143,6 +144,18 @@ class DenoRunner(ProcessRunner):
             if problem is not None:
                 return RunOutcome(success=False, error=ErrorInfo("PackageError", problem))
         return await super().run(request, dispatcher)
+
+    async def check(self, code: str, declarations: str, packages: Iterable[str] = ()) -> list[Finding]:
+        """Type errors of a TypeScript script against the tool declarations (see ``validate_ts``).
+
+        The npm packages it names are allow-listed (``UnsupportedError``) and cached first, as for a run.
+        """
+        plan = npm.plan(code, packages)
+        if plan.cache:
+            problem = await self.ensure_cached(plan.cache)
+            if problem is not None:
+                return [Finding(None, None, problem)]
+        return await check_typescript(code, declarations, deno=self.deno, deno_dir=self.deno_dir)
 
     async def _died(self, worker: Worker) -> RunOutcome:
         outcome = await super()._died(worker)

@@ -195,6 +195,10 @@ class WorkerPool:
                     worker.stubs_version = stubs.version
         except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             hello = None
+        except BaseException:  # cancelled while starting (the runner is closing): leave nothing behind
+            with anyio.CancelScope(shield=True):
+                await worker.kill()
+            raise
         if hello is None or hello.get("op") != "ready":
             await worker.kill()
             raise RunnerError(f"the worker did not start: {worker.stderr_tail() or 'no output'}")
