@@ -39,7 +39,8 @@ NODE_BUILTINS: frozenset[str] = frozenset(
 """Node.js built-in modules; scripts may name them with or without ``node:`` (``require('fs')``)."""
 
 _SPECIFIER = re.compile(
-    r"""(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\brequire\s*\(\s*)(["'])([^"'\n]+)\1""",
+    r"""(?:\bfrom\s*|\bimport\s+)(["'])([^"'\n]+)\1"""  # import x from "a", export … from "a", import "a"
+    r"""|\b(?:import|require)\s*\(\s*(["'])([^"'\n]+)\3\s*[),]"""  # import("a"), require("a")
 )
 _REQUIRE = re.compile(r"""\brequire\s*\(\s*(["'])([^"'\n]+)\1\s*\)""")
 _LOCAL = ("./", "../", "/", "http:", "https:", "file:", "data:", "blob:", "jsr:")
@@ -89,7 +90,7 @@ def npm_specifiers(code: str) -> list[str]:
     """The npm packages a script names in ``import``/``export … from``/``import()``/``require()`` literals."""
     found: list[str] = []
     for match in _SPECIFIER.finditer(code):
-        specifier = match.group(2)
+        specifier = match.group(2) or match.group(4)
         if is_builtin(specifier) or specifier.startswith(_LOCAL):
             continue
         if specifier not in found:
@@ -114,7 +115,12 @@ def _specifier(req: Requirement, default: str) -> str:
 def plan(code: str, packages: Iterable[str] = (), check: Checker = check_npm_packages) -> NpmPlan:
     """The npm packages of one run: those asked for in ``packages`` and those the code names."""
     requested = [parse_requirement(p) for p in packages]
-    named = {s: parse_requirement(s) for s in npm_specifiers(code)}
+    named: dict[str, Requirement] = {}
+    for specifier in npm_specifiers(code):
+        try:
+            named[specifier] = parse_requirement(specifier)
+        except UnsupportedError:
+            continue  # not a package name: Deno reports it when the script runs
     defaults = check([r.name for r in [*requested, *named.values()]])
     cache: list[str] = []
     for req in [*requested, *named.values()]:
