@@ -195,11 +195,24 @@ async def test_an_unhandled_rejection_fails_the_run(engine: CodeMode) -> None:
     assert result.output == "a\n"
 
 
-async def test_a_top_level_await_that_never_settles_is_reported(engine: CodeMode) -> None:
-    result = await engine.execute("console.log('waiting');\nawait new Promise(() => {});\n", "js")
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("console.log('waiting');\nawait new Promise(() => {});\n", 2),
+        ("console.log('waiting');\nexport default new Promise(() => {});\n", None),
+    ],
+    ids=["top-level-await", "default-export"],
+)
+async def test_a_promise_that_never_settles_ends_the_run_with_an_error(
+    engine: CodeMode, code: str, line: int | None
+) -> None:
+    started = time.monotonic()
+    result = await engine.execute(code, "js", timeout_ms=20_000)
+    assert time.monotonic() - started < 10
     assert not result.success and result.error is not None
     assert "never settles" in result.error.message
-    assert result.error.line == 2
+    assert result.error.line == line
+    assert result.output == "waiting\n"
 
 
 async def test_exit_ends_the_run_with_its_status(engine: CodeMode) -> None:

@@ -32,6 +32,7 @@ const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const realExit = Deno.exit;
 const realSetTimeout = setTimeout;
+const realClearTimeout = clearTimeout;
 const unrefTimer = Deno.unrefTimer;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -115,7 +116,7 @@ class Output {
   }
 
   flush(): void {
-    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.timer !== null) realClearTimeout(this.timer);
     this.timer = null;
     if (this.pending.length) send({ op: "output", data: this.pending.join("") });
     this.pending = [];
@@ -381,10 +382,20 @@ function fail(error: unknown): never {
 
 // The script's event loop is empty: it has finished, as a Node.js program would. (A script whose
 // top-level await can never settle makes Deno exit with an error instead; the host reports that.)
+const NEVER_SETTLES: ErrorJson = {
+  type: "Error",
+  message: "the script's default export is a promise that never settles (nothing is left that could resolve it)",
+  line: null,
+  traceback: null,
+};
 addEventListener("beforeunload", () => {
   if (phase === "evaluated") finish(true);
+  else if (phase === "running") finish(false, NEVER_SETTLES);
 });
-addEventListener("unload", () => finish(phase === "evaluated"));
+addEventListener("unload", () => {
+  if (phase === "evaluated") finish(true);
+  else if (phase === "running") finish(false, NEVER_SETTLES);
+});
 addEventListener("unhandledrejection", (event) => {
   event.preventDefault();
   fail(event.reason);

@@ -181,6 +181,9 @@ class WorkerPool:
         except OSError as exc:
             shutil.rmtree(workspace, ignore_errors=True)
             raise RunnerError(f"cannot start the worker ({self._argv[0]}): {exc}") from exc
+        except BaseException:  # cancelled (the runner is closing)
+            shutil.rmtree(workspace, ignore_errors=True)
+            raise
         assert process.stdout is not None
         worker = Worker(process, BufferedByteReceiveStream(process.stdout), workspace)
         if self._tg is not None:
