@@ -151,6 +151,17 @@ export default out;
     assert result.tool_calls == 0  # refused before reaching a server
 
 
+async def test_tools_added_at_run_time_are_defined_even_with_awkward_names(engine: CodeMode) -> None:
+    added = await engine.execute("await fixture.add_tool({ name: 'delete' });", "js")
+    assert added.success, added.error
+    code = "export default [Object.keys(fixture).includes('delete'), await fixture.delete({ text: 'hi' })];"
+    with anyio.fail_after(30):
+        while not (result := await engine.execute(code, "js")).success:
+            await anyio.sleep(0.1)  # the server announces the new tool; the pool refreshes its index
+    assert result.return_value == [True, {"result": "delete:hi"}]
+    assert "  delete(args?: DeleteArgs): Promise<DeleteResult>;" in engine.stubs("ts", ["fixture"])
+
+
 async def test_runtime_error_lines_point_into_the_users_typescript(engine: CodeMode) -> None:
     code = (
         "interface A {\n  x: number;\n}\ntype B = string;\n\n"

@@ -244,17 +244,21 @@ function callTool(server: string, tool: string, args: unknown = {}): Promise<unk
   });
 }
 
+/** Define a property (never a setter call: a tool or server may be called `__proto__`). */
+function define(target: object, name: string, value: unknown): void {
+  Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
+}
+
 function defineTools(functions: Record<string, string[]>): void {
-  const globals = globalThis as Record<string, unknown>;
   for (const [namespace, names] of Object.entries(functions)) {
-    const object: Record<string, (args?: unknown) => Promise<unknown>> = {};
+    const object = {};
     for (const name of names) {
-      object[name] = { [name]: (args?: unknown) => callTool(namespace, name, args) }[name];
+      define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
     }
-    globals[namespace] = Object.freeze(object);
+    define(globalThis, namespace, Object.freeze(object));
   }
-  globals.callTool = callTool;
-  globals.ToolError = ToolError;
+  define(globalThis, "callTool", callTool);
+  define(globalThis, "ToolError", ToolError);
 }
 
 // ----- require() for Node.js built-ins and the run's npm packages ---------------------------------
