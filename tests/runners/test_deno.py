@@ -374,17 +374,36 @@ async def test_type_errors_are_found_by_deno_check_at_the_users_lines(engine: Co
     assert "Type 'number' is not assignable to type 'string'" in findings[0].message
 
 
-async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces(tmp_path: Path) -> None:
-    config = make_config({}, workspace_dir=tmp_path / "runs", pool_size=2)
+def processes_in(root: Path) -> set[int]:
+    """Pids of the processes whose working directory is inside ``root`` (workers run in their workspace)."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = (entry / "cwd").readlink()
+            except OSError:
+                continue
+            if cwd.is_relative_to(root) and alive(int(entry.name)):
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("settle", [True, False], ids=["warm-pool", "mid-refill"])
+async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces(tmp_path: Path, settle: bool) -> None:
+    runs = tmp_path / "runs"
+    config = make_config({}, workspace_dir=runs, pool_size=2)
     async with CodeMode(config) as cm:
         runner = cm.runners["deno"]
         assert isinstance(runner, DenoRunner)
-        assert (await cm.execute("console.log('x')", "ts")).success
-        with anyio.fail_after(30):
-            while runner.pool.warm < 2:
-                await anyio.sleep(0.05)
-        pids = [w.process.pid for w in runner.pool._ready]  # type: ignore[attr-defined]
+        for _ in range(3):
+            assert (await cm.execute("console.log('x')", "ts")).success
+        if settle:
+            with anyio.fail_after(30):
+                while runner.pool.warm < 2:
+                    await anyio.sleep(0.05)
+        assert processes_in(runs)
+    # Closed while finished workers were being reaped and new ones started: nothing may be left.
     with anyio.fail_after(10):
-        while any(alive(pid) for pid in pids):
+        while processes_in(runs):
             await anyio.sleep(0.05)
-    assert list((tmp_path / "runs").iterdir()) == []
+    assert list(runs.iterdir()) == []

@@ -84,7 +84,10 @@ class Worker:
         return message  # pyright: ignore[reportUnknownVariableType]
 
     async def kill(self) -> None:
-        """Kill the zygote, its child and their process groups, and remove the workspace."""
+        """Kill the zygote, its child and their process groups, and remove the workspace.
+
+        Shielded: a runner that is closing (its task group cancelled) still cleans up completely.
+        """
         for pgid in (self.child_pid, self.process.pid):
             if pgid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -94,9 +97,10 @@ class Worker:
             # before asyncio's child watcher does (it then logs "Unknown child process").
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signal.SIGKILL)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await self.process.wait()
-        await self.process.aclose()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(5):
+                await self.process.wait()
+            await self.process.aclose()
         shutil.rmtree(self.workspace, ignore_errors=True)
 
     def stderr_tail(self) -> str:
@@ -252,6 +256,9 @@ class WorkerPool:
                         return
         except RunnerError:
             pass
+        except BaseException:  # cancelled (the runner is closing): the worker goes too
+            await worker.kill()
+            raise
         finally:
             self._starting -= 1
         await worker.kill()
