@@ -202,3 +202,8 @@ def test_a_selection_renders_only_the_named_servers() -> None:
     source = render_module(index, {"fs": fs.tools})
     assert "/** Files (1 tools) */\ndeclare const fs: {\n  /** Read. */\n  read(args?: Record<string, never>)" in source
     assert "declare const mem" not in source
+
+
+def test_servers_named_like_javascript_globals_get_a_namespace_that_does_not_shadow_them() -> None:
+    index = StubIndex.build([("fetch", None), ("crypto", None), ("notes", None)], [])
+    assert [s.namespace for s in index.servers] == ["fetch_", "crypto_", "notes"]
