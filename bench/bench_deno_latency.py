@@ -82,7 +82,7 @@ async def main(runs: int) -> None:
                 rows.append((runner, "typescript", await series(runs, typescript)))
         # Tool calls are dominated by the downstream server: alternate the runners so that both see the same load.
         calls: dict[str, list[float]] = {"deno": [], "local": []}
-        for _ in range(max(3, runs // 8)):
+        for _ in range(max(5, runs // 3)):
             for runner, language, code in (("deno", "javascript", JS_CALLS), ("local", "python", PY_CALLS)):
                 await wait_warm(cm, runner, 1)
                 calls[runner].append(await timed(cm, code, language))
