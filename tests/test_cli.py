@@ -128,3 +128,20 @@ def test_every_help_lists_the_options_the_command_takes(command: str, capsys: py
     }[command]
     for fragment in expected:
         assert fragment in out, fragment
+
+
+def test_run_and_stubs_speak_typescript(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"servers": {"fixture": fixture_entry()}}), encoding="utf-8")
+    script = tmp_path / "script.ts"
+    script.write_text(
+        "const n: number = (await fixture.add({ a: 2, b: 40 })).result;\nconsole.log('sum is', n);\n"
+        "export default { ok: true };\n",
+        encoding="utf-8",
+    )
+    assert main(["run", str(script), "--config", str(config), "--language", "ts"]) == 0
+    captured = capsys.readouterr()
+    assert "sum is 42" in captured.out and '"ok": true' in captured.out
+    assert main(["stubs", "fixture", "--config", str(config), "--language", "typescript"]) == 0
+    out = capsys.readouterr().out
+    assert "declare const fixture: {" in out and "  add(args: AddArgs): Promise<AddResult>;" in out

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     stubs = sub.add_parser("stubs", help="print the stubs scripts see for the configured servers")
     stubs.add_argument("server", nargs="?", help="only this server")
-    stubs.add_argument("--language", default="python", help="stub language (default: python)")
+    stubs.add_argument("--language", default="python", help="python (default) or typescript (also for javascript)")
     stubs.add_argument("--config", type=Path, help=CONFIG_HELP)
 
     doctor = sub.add_parser(

@@ -159,7 +159,13 @@ class Settings(BaseModel):
 
     ``wordllama`` (a static model bundled in a wheel), ``hashing`` (no model), ``none`` (full text only)."""
 
-    @field_validator("config", "workspace_dir", "cache_dir", "allowed_packages", "auth_token", mode="before")
+    deno_dir: Path | None = None
+    """Deno's cache (npm packages, compiled modules) for the JavaScript/TypeScript runner.
+    Default: ``deno/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
+
+    @field_validator(
+        "config", "workspace_dir", "cache_dir", "allowed_packages", "auth_token", "deno_dir", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

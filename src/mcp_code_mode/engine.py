@@ -22,8 +22,8 @@ from .cache.embed import make_embedder
 from .config import CodeModeConfig
 from .discovery import ToolSearch, select_tools
 from .downstream.pool import ToolPool
-from .errors import PackageError, UnsupportedError
-from .packages import Environment, PythonEnvironments, Whitelist, validate_python
+from .errors import CodeModeError, PackageError, UnsupportedError
+from .packages import Environment, PythonEnvironments, Whitelist, validate_npm, validate_python
 from .runners import LANGUAGE_ALIASES, build_runners, default_runner
 from .runners.base import OutputCallback, Runner, RunOutcome, RunRequest, StubBundle
 from .runners.local import SAFE_IMPORTS
@@ -98,7 +98,7 @@ class CodeMode:
         self.sandbox = Sandbox.detect(settings)
         self.whitelist = Whitelist.load(settings.allowed_packages)
         self.environments = PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
-        self.runners: dict[str, Runner] = build_runners(settings, self.sandbox)
+        self.runners: dict[str, Runner] = build_runners(settings, self.sandbox, self.whitelist)
         self._index: StubIndex | None = None
         self._bundles: dict[str, StubBundle] = {}
         self._built_for = -1
@@ -139,6 +139,7 @@ class CodeMode:
         try:
             await self.pool.__aexit__(*exc_info)
         finally:
+            # Last started, first closed: each runner's task group is nested in the previous one's.
             for runner in reversed(self.runners.values()):
                 await runner.aclose()
             self.scripts.close()
@@ -174,7 +175,8 @@ class CodeMode:
         if stub_language not in self._bundles:
             source = RENDERERS[stub_language](index, None)
             namespaces = tuple(s.namespace for s in index.servers)
-            self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces)
+            functions = {s.namespace: tuple(t.func for t in s.tools) for s in index.servers}
+            self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces, functions)
         return self._bundles[stub_language]
 
     def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
@@ -256,13 +258,15 @@ class CodeMode:
         key = code_key(lang, chosen.name, code, requirements)
         # in a worker thread: a hit is counted, and another process may hold the write lock a moment
         hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key)
-        if hit is not None:
+        if hit is not None:  # a replay reports once, all at once: its output and where it is
             if on_output is not None and hit.output:
-                await on_output(hit.output)  # a replay's output arrives all at once
+                await on_output(hit.output)
+            if on_progress is not None:
+                await on_progress(RunProgress(time.perf_counter() - started, 0))
             return replayed(hit, started)
         common = {"language": lang, "runner": chosen.name}
         environment: Environment | None = None
-        if requirements:
+        if requirements and not getattr(chosen, "installs_packages", False):
             try:
                 environment = await self.environments.ensure(chosen.name, requirements)
             except PackageError as exc:
@@ -279,6 +283,7 @@ class CodeMode:
             authorized_imports=SAFE_IMPORTS + self.whitelist.imports_for(requirements),
             environment=str(environment.path) if environment else None,
             preload=self.whitelist.imports_for(requirements),
+            packages=tuple(requirements),
             on_output=on_output,
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
@@ -333,7 +338,7 @@ class CodeMode:
             return []
         if language == "python":
             return validate_python(packages, self.whitelist)
-        raise UnsupportedError(f"packages are not supported for {language} yet")
+        return validate_npm(packages, self.whitelist)
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""
@@ -364,12 +369,17 @@ class CodeMode:
                 await anyio.sleep(interval)
 
         outcome: RunOutcome | None = None
+        refused: CodeModeError | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(report)
             try:
                 outcome = await runner.run(request, dispatcher)
+            except CodeModeError as exc:  # raised again below, not wrapped in the task group's ExceptionGroup
+                refused = exc
             finally:
                 tg.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
         assert outcome is not None
         return outcome
 
@@ -414,7 +424,11 @@ class CodeMode:
                 for r in self.runners.values()
                 if lang in r.languages
             ]
-            manager = {"python": "uv (whitelisted PyPI wheels)"}.get(lang)
+            manager = {
+                "python": "uv (whitelisted PyPI wheels)",
+                "javascript": "Deno's npm cache (whitelisted npm packages)",
+                "typescript": "Deno's npm cache (whitelisted npm packages)",
+            }.get(lang)
             out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": manager})
         return out
 

@@ -33,11 +33,12 @@ from .validate import validate_code as run_validation
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
-Code mode: instead of calling tools one by one, write one Python script and run it with execute_code.
-Inside the script every tool of every connected MCP server is a plain function,
-e.g. filesystem.read_text_file(path="notes.txt"). Print what you need to see; intermediate data stays
-in the sandbox. Find tools with search_tools, get exact signatures with get_tool_stubs, check a script
-with validate_code, and look for a proven script with search_cached_scripts before writing a new one."""
+Code mode: instead of calling tools one by one, write one script (Python, JavaScript or TypeScript) and
+run it with execute_code. Inside the script every tool of every connected MCP server is a plain function,
+e.g. filesystem.read_text_file(path="notes.txt") in Python or await filesystem.read_text_file({ path: "notes.txt" })
+in JavaScript. Print what you need to see; intermediate data stays in the sandbox. Find tools with
+search_tools, get exact signatures with get_tool_stubs, check a script with validate_code, and look
+for a proven script with search_cached_scripts before writing a new one."""
 
 EXECUTE_CODE_HEAD = """\
 Run a script in a sandbox where every tool of the connected MCP servers is an ordinary function.
@@ -55,8 +56,11 @@ run, cache="refresh" runs again); search_cached_scripts finds proven ones.
 
 Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
 modules such as json, re, math, datetime, collections, csv are importable); runner="cpython" runs
-full Python. Either way the script is sandboxed: it sees only its workspace, and the network only
-when allowNetworking is true. get_execution_limits tells what is in force."""
+full Python. JavaScript and TypeScript run under Deno (an ES module, top-level await works): call
+tools as `await server.tool({ arg: value })`; a failing tool throws ToolError; `export default value`
+returns value; `require('fs')` and allowed npm packages (`require('axios')`) work; type errors do not
+stop a run. Every script is sandboxed: it sees only its workspace, and the network only when
+allowNetworking is true. get_execution_limits tells what is in force."""
 
 
 SERVER_EXAMPLES = 4
@@ -276,18 +280,25 @@ def build_server(
 
     @server.tool(name="execute_code", description=EXECUTE_CODE_HEAD)
     async def execute_code(
-        language: Annotated[str, Field(description="Language of the code: python.")],
+        language: Annotated[
+            str, Field(description="Language of the code: python, javascript (js) or typescript (ts).")
+        ],
         code: Annotated[str, Field(description="The script to run.")],
         packages: Annotated[
             list[str] | None,
-            Field(description='Whitelisted packages to install first, e.g. ["requests", "numpy>=1.26"].'),
+            Field(
+                description='Whitelisted packages (see list_allowed_packages): ["requests", "numpy>=1.26"], ["axios"].'
+            ),
         ] = None,
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
         runner: Annotated[
             str | None,
-            Field(description="Python runner: local (restricted interpreter, the default) or cpython (full Python)."),
+            Field(
+                description="Runner: local (Python, restricted interpreter, default), cpython (full Python), "
+                "deno (JavaScript/TypeScript, default)."
+            ),
         ] = None,
         cache: Annotated[
             str,
@@ -341,7 +352,9 @@ def build_server(
             list[str] | None, Field(description="Tools, e.g. ['filesystem.read_text_file'] (from search_tools).")
         ] = None,
         server: Annotated[str | None, Field(description="All tools of this server.")] = None,
-        language: Annotated[str, Field(description="Stub language: python.")] = "python",
+        language: Annotated[
+            str, Field(description="Stub language: python, or typescript (also for javascript).")
+        ] = "python",
     ) -> str:
         """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
         with tool_errors():

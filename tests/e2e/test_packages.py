@@ -126,4 +126,5 @@ async def test_list_allowed_packages_returns_the_whitelist(client: Client) -> No
     names = [p["name"] for p in result.structured_content["python"]]
     assert "requests" in names and "numpy" in names
     everything = await client.call_tool("list_allowed_packages", {"language": "all"})
-    assert everything.structured_content is not None and "axios" in everything.structured_content["javascript"]
+    assert everything.structured_content is not None
+    assert {"name": "axios", "default": "axios@1"} in everything.structured_content["javascript"]

@@ -111,7 +111,7 @@ def test_duplicates_wrong_types_and_too_many_entries_are_refused() -> None:
 
 def test_a_custom_whitelist_file_replaces_the_defaults(tmp_path: Path) -> None:
     path = tmp_path / "allowed.json"
-    path.write_text(json.dumps({"python": {"six": ["six"]}, "javascript": ["left-pad"]}), encoding="utf-8")
+    path.write_text(json.dumps({"python": {"six": ["six"]}, "javascript": {"left-pad": "1"}}), encoding="utf-8")
     custom = Whitelist.load(path)
     assert validate_python(["six"], custom) == ["six"]
     with pytest.raises(PackageError, match="not in the allowed packages"):

@@ -36,7 +36,8 @@ class Whitelist:
 
     python: dict[str, tuple[str, ...]]
     """Canonical distribution name → import names."""
-    javascript: tuple[str, ...]
+    javascript: dict[str, str]
+    """npm package name → the version range loaded when a script names none (usually a major version)."""
     source: str
 
     @classmethod
@@ -58,21 +59,26 @@ class Whitelist:
         except ValueError as exc:
             raise PackageError(f"{source}: invalid JSON: {exc}") from None
         python = data.get("python", {}) if isinstance(data, dict) else None
-        javascript = data.get("javascript", []) if isinstance(data, dict) else None
-        if not isinstance(python, dict) or not isinstance(javascript, list):
-            raise PackageError(f"{source}: expected {{'python': {{name: [modules]}}, 'javascript': [names]}}")
+        javascript = data.get("javascript", {}) if isinstance(data, dict) else None
+        if not isinstance(python, dict) or not isinstance(javascript, dict):
+            raise PackageError(f"{source}: expected {{'python': {{name: [modules]}}, 'javascript': {{name: range}}}}")
         mapping: dict[str, tuple[str, ...]] = {}
         for name, modules in python.items():
             if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
                 raise PackageError(f"{source}: python.{name}: expected a list of import names")
             mapping[canonicalize_name(str(name))] = tuple(modules) or (str(name).replace("-", "_"),)
-        return cls(mapping, tuple(str(n).lower() for n in javascript), source)
+        npm: dict[str, str] = {}
+        for name, default in javascript.items():
+            if not isinstance(default, str) or not _is_semver_range(default):
+                raise PackageError(f'{source}: javascript.{name}: expected a default version range such as "1"')
+            npm[str(name).lower()] = default
+        return cls(mapping, npm, source)
 
     def listing(self, language: str) -> dict[str, Any]:
         """What ``list_allowed_packages`` returns for ``python``, ``javascript``/``typescript`` or ``all``."""
         lang = language.strip().lower()
         python = [{"name": n, "imports": list(m)} for n, m in sorted(self.python.items())]
-        js = sorted(self.javascript)
+        js = [{"name": n, "default": f"{n}@{v}"} for n, v in sorted(self.javascript.items())]
         if lang in ("python", "py"):
             return {"python": python}
         if lang in ("javascript", "js", "typescript", "ts"):

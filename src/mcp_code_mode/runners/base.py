@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,6 +19,8 @@ class StubBundle:
     source: str
     version: int
     namespaces: tuple[str, ...]
+    functions: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
+    """Namespace → function names, for runners that define the stubs from names (``deno``)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class RunRequest:
     about every 50 ms while a script prints), in order, and awaited before the runner reads on.
     Only what is kept (within ``max_output``) is passed. A runner that can only collect output at
     the end calls it once with everything. ``RunOutcome.output`` still holds the whole output."""
+    packages: tuple[str, ...] = ()
+    """Packages the request asked for (``packages`` of ``execute_code``); runners that take none get ()."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,16 +45,15 @@ Launcher = Callable[[Profile], SandboxSpec]
 """Makes the argv, environment and workspace of one new worker for a profile."""
 
 
-def plain_launcher(argv: Sequence[str], workspace_root: Path | None) -> Launcher:
+def plain_launcher(argv: Sequence[str], workspace_root: Path | None, env: Mapping[str, str] | None = None) -> Launcher:
     """Launch ``argv`` as it is (a worker that isolates itself, e.g. Deno) in a fresh host workspace.
 
-    The worker gets a scrubbed environment and ``--workspace DIR`` appended to its arguments.
+    The worker's cwd is the workspace; its environment is ``sandbox_environment`` plus ``env``.
     """
 
     def launch(profile: Profile) -> SandboxSpec:
         workspace = make_workspace(workspace_root)
-        env = sandbox_environment(str(workspace))
-        return SandboxSpec([*argv, "--workspace", str(workspace)], env, workspace, workspace)
+        return SandboxSpec(list(argv), sandbox_environment(str(workspace)) | dict(env or {}), workspace, workspace)
 
     return launch
 
@@ -229,8 +228,9 @@ class WorkerPool:
                     worker.stubs_version = stubs.version
         except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             hello = None
-        except BaseException:  # cancelled while starting: leave nothing behind
-            await worker.kill()
+        except BaseException:  # cancelled while starting (the runner is closing): leave nothing behind
+            with anyio.CancelScope(shield=True):
+                await worker.kill()
             raise
         if hello is None or hello.get("op") != "ready":
             with anyio.move_on_after(1):
@@ -294,6 +294,9 @@ class WorkerPool:
                     break
         except RunnerError:
             pass
+        except BaseException:  # cancelled (the runner is closing): the worker goes too
+            await worker.kill()
+            raise
         finally:
             self._starting -= 1
         self._notify()

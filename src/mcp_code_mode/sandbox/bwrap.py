@@ -118,6 +118,7 @@ class BwrapSandbox(Sandbox):
 
     def release(self, spec: SandboxSpec) -> None:
         self.uids.give_back(spec.uid)
+        super().release(spec)
 
     def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
         worker = worker or str(Path(__file__).resolve().parent.parent / "runners" / "worker.py")

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 from .index import StubIndex, ToolSpec
 from .python import render_module as render_python
+from .typescript import render_module as render_typescript
 
 Renderer = Callable[[StubIndex, Mapping[str, Iterable[ToolSpec]] | None], str]
 
-RENDERERS: dict[str, Renderer] = {"python": render_python}
+RENDERERS: dict[str, Renderer] = {"python": render_python, "typescript": render_typescript}
 
 __all__ = ["RENDERERS", "Renderer", "StubIndex", "ToolSpec"]

@@ -1,0 +1,206 @@
+"""Escape attempts under the deno runner: each is refused, and the test checks that nothing happened.
+
+The script catches the refusal and prints its name, so each test asserts both that the attempt was
+refused (not that it failed for another reason) and that its effect is absent: canary files unread,
+uncreated and unchanged, secrets absent from everything the run returned, servers never contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_code_mode.engine import CodeMode, RunResult
+
+from ..fixtures.loopback import Loopback, loopback_server
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "canary-7f3a9c1e-do-not-leak"
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[Loopback]:
+    with loopback_server() as server:
+        yield server
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Path:
+    path = tmp_path / "outside" / "secret.txt"
+    path.parent.mkdir()
+    path.write_text(SECRET, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sleeper() -> Generator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(["sleep", "60"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def everything(result: RunResult) -> str:
+    return json.dumps(result.model_dump(mode="json", by_alias=True))
+
+
+async def attempt(engine: CodeMode, body: str, *, language: str = "js", network: bool = False) -> RunResult:
+    """Run ``body`` in a try block; the script prints ``refused: <error name>: <message>`` when it throws."""
+    code = f"try {{\n{body}\n}} catch (e) {{ console.log(`refused: ${{e.name}}: ${{e.message}}`); }}\n"
+    result = await engine.execute(code, language, allow_networking=network, timeout_ms=20_000)
+    assert result.success, result.error
+    return result
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "console.log(await Deno.readTextFile(PATH));",
+        "console.log(require('fs').readFileSync(PATH, 'utf8'));",
+        "console.log(Deno.readTextFileSync('../'.repeat(40) + PATH.slice(1)));",
+        "console.log(await (await fetch('file://' + PATH)).text());",
+        "console.log([...Deno.readDirSync(PATH.slice(0, PATH.lastIndexOf('/')))].map((e) => e.name));",
+    ],
+    ids=["deno-read", "node-fs", "relative-traversal", "fetch-file-url", "list-directory"],
+)
+async def test_reading_outside_the_workspace_is_refused(engine: CodeMode, canary: Path, body: str) -> None:
+    result = await attempt(engine, body.replace("PATH", json.dumps(str(canary))))
+    assert "refused: NotCapable: Requires read access" in result.output
+    assert SECRET not in everything(result) and "secret.txt" not in result.output.split("access to")[0]
+
+
+async def test_importing_a_module_from_outside_the_workspace_is_refused(engine: CodeMode, tmp_path: Path) -> None:
+    module = tmp_path / "outside.mjs"
+    module.write_text(f"export default {json.dumps(SECRET)};", encoding="utf-8")
+    result = await attempt(engine, f"console.log((await import({json.dumps(module.as_uri())})).default);")
+    assert f'Requires read access to "{module}"' in result.output
+    assert SECRET not in everything(result)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "await Deno.writeTextFile(PATH, 'owned');",
+        "require('fs').writeFileSync(PATH, 'owned');",
+        "Deno.symlinkSync(PATH, 'link'); Deno.writeTextFileSync('link', 'owned');",
+        "Deno.removeSync(PATH);",
+    ],
+    ids=["deno-write", "node-fs", "symlink", "remove"],
+)
+async def test_writing_outside_the_workspace_is_refused(engine: CodeMode, canary: Path, body: str) -> None:
+    result = await attempt(engine, body.replace("PATH", json.dumps(str(canary))))
+    assert "refused: NotCapable" in result.output
+    assert canary.read_text(encoding="utf-8") == SECRET
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "console.log(Deno.env.get('PATH'), Deno.env.get('SECRET_NAME'));",
+        "console.log(JSON.stringify(Deno.env.toObject()));",
+        "console.log(Deno.readTextFileSync('/proc/self/environ'));",
+        "const s = await Deno.permissions.request({ name: 'env' }); if (s.state !== 'granted') throw "
+        "new Deno.errors.NotCapable('env ' + s.state); console.log(Deno.env.get('SECRET_NAME'));",
+    ],
+    ids=["env-get", "env-object", "proc-environ", "permission-request"],
+)
+async def test_the_environment_cannot_be_read(engine: CodeMode, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    monkeypatch.setenv("MCP_CODE_MODE_TEST_SECRET", SECRET)
+    result = await attempt(engine, body.replace("SECRET_NAME", "MCP_CODE_MODE_TEST_SECRET"))
+    assert "refused: NotCapable" in result.output
+    assert SECRET not in everything(result) and "/usr/bin" not in result.output
+
+
+async def test_process_env_is_empty(engine: CodeMode) -> None:
+    result = await attempt(engine, "console.log(JSON.stringify(process.env), process.env.PATH);")
+    assert result.output == "{} undefined\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "await new Deno.Command('touch', { args: [PATH] }).output();",
+        "new Deno.Command('sh', { args: ['-c', 'touch ' + PATH] }).spawn();",
+        "require('node:child_process').execSync('touch ' + PATH);",
+        "const { spawnSync } = await import('node:child_process'); spawnSync('touch', [PATH]);",
+    ],
+    ids=["deno-command", "deno-spawn", "child-process-exec", "child-process-spawn"],
+)
+async def test_subprocesses_are_refused(engine: CodeMode, tmp_path: Path, body: str) -> None:
+    target = tmp_path / "created-by-subprocess"
+    result = await attempt(engine, body.replace("PATH", json.dumps(str(target))))
+    assert "refused: NotCapable" in result.output
+    assert not target.exists()
+
+
+async def test_signals_to_other_processes_are_refused(engine: CodeMode, sleeper: subprocess.Popen[bytes]) -> None:
+    result = await attempt(engine, f"Deno.kill({sleeper.pid}, 'SIGKILL');")
+    assert "refused: NotCapable" in result.output
+    assert sleeper.poll() is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "await fetch(URL);",
+        "const conn = await Deno.connect({ hostname: '127.0.0.1', port: PORT }); conn.close();",
+        "const axios = require('axios'); await axios.get(URL);",
+        "const http = require('node:http'); await new Promise((ok, no) => "
+        "{ const r = http.get(URL, ok); r.on('error', no); });",
+        "await new Promise((ok, no) => { const ws = new WebSocket(URL.replace('http', 'ws')); "
+        "ws.onopen = ok; ws.onerror = () => no(new Error('ws failed')); });",
+    ],
+    ids=["fetch", "tcp", "axios", "node-http", "websocket"],
+)
+async def test_network_access_is_refused_when_networking_is_off(engine: CodeMode, http: Loopback, body: str) -> None:
+    port = http.url.rsplit(":", 1)[1]
+    before = len(http.connections)
+    result = await attempt(engine, body.replace("URL", json.dumps(http.url + "/x")).replace("PORT", port))
+    assert "refused: NotCapable: Requires net access" in result.output
+    assert len(http.connections) == before
+
+
+async def test_the_same_request_goes_through_when_networking_is_on(engine: CodeMode, http: Loopback) -> None:
+    result = await attempt(engine, f"console.log((await fetch({json.dumps(http.url + '/on')})).status);", network=True)
+    assert result.output == "200\n"
+    assert http.connections[-1] == "GET /on HTTP/1.1"
+
+
+async def test_loading_a_native_library_is_refused(engine: CodeMode) -> None:
+    body = (
+        "const lib = Deno.dlopen('libc.so.6', { getpid: { parameters: [], result: 'i32' } });\n"
+        "console.log('pid', lib.symbols.getpid());"
+    )
+    result = await attempt(engine, body)
+    assert "refused: NotCapable: Requires ffi access" in result.output
+    assert "pid" not in result.output.replace("refused", "")
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("await import('https://example.com/module.ts');", "but --no-remote is specified"),
+        (
+            "await import('npm:' + 'left-pad');",
+            'npm package not found in cache: "left-pad", --cached-only is specified',
+        ),
+        ("await import('jsr:@std/path');", "but --no-remote is specified"),
+    ],
+    ids=["remote-url", "computed-npm-name", "jsr"],
+)
+async def test_modules_that_are_not_in_the_cache_cannot_be_loaded(engine: CodeMode, body: str, reason: str) -> None:
+    result = await attempt(engine, body)
+    assert result.output.startswith("refused: TypeError:")
+    assert reason in result.output
+
+
+async def test_system_information_is_refused(engine: CodeMode) -> None:
+    result = await attempt(engine, "console.log(Deno.hostname(), Deno.osRelease());")
+    assert "refused: NotCapable: Requires sys access" in result.output
+    assert os.uname().nodename not in result.output.split("refused")[0]
