@@ -43,6 +43,8 @@ def fixture_entry(**env: str) -> dict[str, Any]:
 
 
 def make_config(servers: dict[str, dict[str, Any]], **settings: Any) -> CodeModeConfig:
+    """A config over ``servers``; no warm Pyodide interpreters unless a test asks (each is a Deno process)."""
+    settings.setdefault("pyodide_pool_size", 0)
     return CodeModeConfig.from_servers(servers, settings=Settings(**settings), env=dict(os.environ))
 
 

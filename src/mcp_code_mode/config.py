@@ -97,10 +97,20 @@ class Settings(BaseModel):
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
-    python_runner: Literal["local"] = "local"
+    python_runner: Literal["local", "pyodide"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
+    pyodide_pool_size: int = Field(default=2, ge=0)
+    """Warm Pyodide interpreters kept waiting (each is a Deno process of about 200 MB, used for one run)."""
+    pyodide_dir: Path | None = None
+    """The npm ``pyodide`` package folder. Default: ``node_modules/pyodide`` of the project, else of the cwd."""
+    pyodide_cache_dir: Path | None = None
+    """Where the pyodide runner keeps its memory snapshot, wheels and Deno's cache.
+    Default: ``$XDG_CACHE_HOME/mcp-code-mode/pyodide`` (``~/.cache/mcp-code-mode/pyodide``)."""
+    pyodide_index_url: str | None = None
+    """A Pyodide package index (URL or folder) for packages that need Pyodide's own builds (numpy, pandas).
+    Empty: only pure-Python wheels can be installed under the pyodide runner."""
 
-    @field_validator("config", "workspace_dir", mode="before")
+    @field_validator("config", "workspace_dir", "pyodide_dir", "pyodide_cache_dir", "pyodide_index_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

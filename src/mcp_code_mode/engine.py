@@ -96,7 +96,7 @@ class CodeMode:
                 started.append(runner)
             await self.pool.__aenter__()
         except BaseException:
-            for runner in started:
+            for runner in reversed(started):
                 await runner.aclose()
             raise
         self._refresh()
@@ -106,7 +106,8 @@ class CodeMode:
         try:
             await self.pool.__aexit__(*exc_info)
         finally:
-            for runner in self.runners.values():
+            # In reverse order: each runner's task group was entered after the previous one's.
+            for runner in reversed(self.runners.values()):
                 await runner.aclose()
 
     # ----- stubs ----------------------------------------------------------------------------
@@ -195,8 +196,11 @@ class CodeMode:
         """
         settings = self.config.settings
         lang, chosen = self.resolve_runner(language, runner)
-        if packages:
-            raise UnsupportedError(f"installing packages is not supported yet (asked for: {', '.join(packages)})")
+        if packages and not getattr(chosen, "installs_packages", False):
+            raise UnsupportedError(
+                f"installing packages is not supported yet by the {chosen.name} runner (asked for: "
+                f"{', '.join(packages)}); the pyodide runner installs pure-Python packages"
+            )
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
@@ -209,6 +213,7 @@ class CodeMode:
             stubs=bundle,
             allow_network=allow_networking,
             authorized_imports=SAFE_IMPORTS,
+            packages=tuple(packages or ()),
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
         outcome = await chosen.run(request, dispatcher)

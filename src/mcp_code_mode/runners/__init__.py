@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..config import Settings
 from .base import Runner
 from .local import LocalRunner
+from .pyodide import PyodideRunner
 
 # The languages a script may name, with their aliases.
 LANGUAGE_ALIASES: dict[str, str] = {"python": "python", "py": "python", "python3": "python"}
@@ -15,7 +16,10 @@ LANGUAGE_ALIASES: dict[str, str] = {"python": "python", "py": "python", "python3
 
 def build_runners(settings: Settings) -> dict[str, Runner]:
     """Every runner this build offers, by name (not yet started)."""
-    runners: list[Runner] = [LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir)]
+    runners: list[Runner] = [
+        LocalRunner(pool_size=settings.pool_size, workspace_root=settings.workspace_dir),
+        PyodideRunner(settings),
+    ]
     return {runner.name: runner for runner in runners}
 
 

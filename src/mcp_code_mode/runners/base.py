@@ -28,6 +28,8 @@ class RunRequest:
     stubs: StubBundle
     allow_network: bool = False
     authorized_imports: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    """Requirements to install first (only runners with ``installs_packages`` accept any)."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,18 @@ class WorkerPool:
     """
 
     def __init__(
-        self, argv: Sequence[str], *, size: int, workspace_root: Path | None, label: str, max_idle: int = 8
+        self,
+        argv: Sequence[str],
+        *,
+        size: int,
+        workspace_root: Path | None,
+        label: str,
+        max_idle: int = 8,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._argv = list(argv)
+        self._env = dict(env or {})
+        """Variables added to ``sandbox_environment`` (e.g. where Deno keeps its cache)."""
         self._size = size
         self._max_idle = max(size, max_idle)
         self._workspace_root = workspace_root
@@ -121,7 +130,11 @@ class WorkerPool:
         self._tg: TaskGroup | None = None
         self._closed = False
         self._stubs: StubBundle | None = None
+        self._changed = anyio.Event()
         self.spawned = 0
+        self.wait_for_starting = False
+        """Whether a run that finds no idle worker waits for one being started rather than starting its own
+        (for workers that take long to start)."""
 
     async def start(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -146,10 +159,16 @@ class WorkerPool:
             return
         finally:
             self._starting -= 1
+            self._notify()
         if self._closed:
             await worker.kill()
             return
         self._ready.append(worker)
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def spawn(self) -> Worker:
         """Start one zygote and wait until it says it is ready (with the current stubs compiled)."""
@@ -164,7 +183,7 @@ class WorkerPool:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=workspace,
-                env=sandbox_environment(workspace),
+                env=sandbox_environment(workspace) | self._env,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -202,12 +221,15 @@ class WorkerPool:
         """An idle zygote if one is waiting, else a newly started one."""
         self._busy += 1
         try:
-            while self._ready:
-                worker = self._ready.popleft()
-                if worker.process.returncode is None:
-                    return worker
-                await worker.kill()
-            return await self.spawn()
+            while True:
+                while self._ready:
+                    worker = self._ready.popleft()
+                    if worker.process.returncode is None:
+                        return worker
+                    await worker.kill()
+                if not (self.wait_for_starting and self._starting > 0 and not self._closed):
+                    return await self.spawn()
+                await self._changed.wait()
         except BaseException:
             self._busy -= 1
             raise
@@ -231,11 +253,13 @@ class WorkerPool:
                     if not self._closed and len(self._ready) < self._max_idle:
                         worker.child_pid = None
                         self._ready.append(worker)
+                        self._notify()
                         return
         except RunnerError:
             pass
         finally:
             self._starting -= 1
+            self._notify()
         await worker.kill()
         self._refill()
 
@@ -246,6 +270,7 @@ class WorkerPool:
 
     async def aclose(self) -> None:
         self._closed = True
+        self._notify()
         while self._ready:
             await self._ready.popleft().kill()
 
@@ -263,9 +288,18 @@ class ProcessRunner:
     isolation = "process"
     host_pids = True
     """Whether a pid the worker reports is valid on the host (false inside a pid namespace)."""
+    reuse_workers = True
+    """Whether a worker serves another run after a clean one (false: one run per worker process)."""
 
-    def __init__(self, argv: Sequence[str], *, pool_size: int, workspace_root: Path | None) -> None:
-        self._pool = WorkerPool(argv, size=pool_size, workspace_root=workspace_root, label=self.name)
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        pool_size: int,
+        workspace_root: Path | None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._pool = WorkerPool(argv, size=pool_size, workspace_root=workspace_root, label=self.name, env=env)
         self._tg: TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -304,6 +338,10 @@ class ProcessRunner:
         return message
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
+        return await self.run_with(request, dispatcher, {})
+
+    async def run_with(self, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any]) -> RunOutcome:
+        """Run on a pooled worker; ``extra`` fields are added to the ``run`` message."""
         worker = await self._pool.acquire()
         output: list[str] = []
         kept = 0
@@ -311,7 +349,7 @@ class ProcessRunner:
         outcome: RunOutcome | None = None
         clean = False
         try:
-            await worker.send(self.run_message(request, worker))
+            await worker.send({**self.run_message(request, worker), **extra})
             worker.stubs_version = request.stubs.version
             with anyio.move_on_after(request.timeout):
                 while outcome is None:
@@ -349,7 +387,7 @@ class ProcessRunner:
                 # Kill now, before answering: nothing the script started may outlive its run.
                 with anyio.CancelScope(shield=True):
                     await worker.kill()
-            self._pool.release(worker, clean=clean)
+            self._pool.release(worker, clean=clean and self.reuse_workers)
         outcome.duration = time.perf_counter() - started
         outcome.output = "".join(output)
         if kept >= request.max_output or outcome.truncated:
