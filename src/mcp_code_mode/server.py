@@ -31,8 +31,10 @@ text (parsed when JSON); a failing tool raises ToolError (catch it with `except 
 expression (or `final_answer(x)`) to return it as returnValue. `open()` works in the run's own
 workspace directory, which is deleted after the run. Use get_tool_stubs for exact signatures.
 
-Python runs in smolagents' restricted interpreter (no os, sys or subprocess; safe stdlib modules
-such as json, re, math, datetime, collections, csv are importable)."""
+Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
+modules such as json, re, math, datetime, collections, csv are importable). runner="pyodide" runs
+full CPython in WebAssembly under Deno instead (the whole language and standard library, `packages`
+from an allow-list; in async code, await the tool functions)."""
 
 
 def describe_servers(engine: CodeMode) -> str:
@@ -135,12 +137,15 @@ def build_server(engine: CodeMode) -> CodeModeServer:
         language: Annotated[str, Field(description="Language of the code: python.")],
         code: Annotated[str, Field(description="The script to run.")],
         packages: Annotated[
-            list[str] | None, Field(description="Packages to install first (not supported yet: leave empty).")
+            list[str] | None,
+            Field(description="Packages to install first (runner pyodide only: allowed pure-Python packages)."),
         ] = None,
         timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
-        runner: Annotated[str | None, Field(description="Runner: local (default).")] = None,
+        runner: Annotated[
+            str | None, Field(description="Runner: local (default) or pyodide (CPython in WebAssembly under Deno).")
+        ] = None,
     ) -> Annotated[CallToolResult, RunResult]:
         try:
             result = await engine.execute(

@@ -197,6 +197,18 @@ async def test_packages_that_need_pyodides_own_builds_are_refused_by_name_withou
         await engine.execute("1", packages=["six"], runner="local")
 
 
+async def test_pyodide_builds_load_from_the_configured_package_index(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    index.mkdir()
+    config = make_config({}, pyodide_index_url=str(index), workspace_dir=tmp_path / "runs")
+    async with CodeMode(config) as cm:
+        result = await cm.execute("import numpy", runner="pyodide", packages=["numpy"])
+    assert result.error is not None and result.error.type == "RunnerError"
+    # The worker looked for Pyodide's numpy wheel in the configured folder (and was allowed to).
+    assert f"{index}/numpy-" in result.error.message and "wasm32.whl" in result.error.message
+    assert "NotCapable" not in result.error.message
+
+
 async def test_an_allowed_pure_python_package_installs_from_its_wheel(engine: CodeMode) -> None:
     result = await engine.execute(
         "import tabulate\nprint(tabulate.tabulate([[1, 2]], headers=['a', 'b'], tablefmt='plain'))",

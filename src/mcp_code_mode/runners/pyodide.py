@@ -225,30 +225,36 @@ class PyodideRunner(ProcessRunner):
             env=self.setup.environment(),
         )
         self.pool.wait_for_starting = True  # a run waits for a starting interpreter rather than start its own
-        self._prepared = anyio.Event()
+        self._pool_size = settings.pyodide_pool_size
+        self._prepared = False
+        self._preparing = anyio.Lock()
 
     async def start(self) -> None:
         stack = contextlib.AsyncExitStack()
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         self._stack = stack
-        self._tg.start_soon(self._prepare)
+        if self._pool_size > 0:  # warm up in the background: the server serves meanwhile
+            self._tg.start_soon(self._prepare)
 
     async def _prepare(self) -> None:
-        """Make the snapshot if needed, then fill the pool (in the background: the server serves meanwhile)."""
-        try:
-            if self.problem is None:
-                await ensure_snapshot(self.setup, self.packages)
-                assert self._tg is not None
-                await self.pool.start(self._tg)
-        except RunnerError as exc:
-            self.problem = str(exc)
-        finally:
+        """Make the snapshot if needed, then fill the pool. Once; a run that comes first waits for it."""
+        async with self._preparing:
+            if self._prepared:
+                return
+            try:
+                if self.problem is None:
+                    await ensure_snapshot(self.setup, self.packages)
+                    assert self._tg is not None
+                    await self.pool.start(self._tg)
+            except RunnerError as exc:
+                self.problem = str(exc)
+            finally:
+                self._prepared = True
             if self.problem is not None:
                 logger.warning("pyodide runner unavailable: %s", self.problem)
-            self._prepared.set()
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
-        await self._prepared.wait()
+        await self._prepare()
         if self.problem is not None:
             error = ErrorInfo("RunnerError", f"pyodide runner unavailable: {self.problem}")
             return RunOutcome(success=False, error=error)

@@ -215,9 +215,12 @@ async function runOnce(pyodide, codemode, message, paths) {
       codemode.install_wheels(pyodide.toPy(wheels.map((w) => `/wheels/${w}`)));
     }
     if (Array.isArray(message.pyodide_packages) && message.pyodide_packages.length > 0) {
-      await pyodide.loadPackage(message.pyodide_packages, { messageCallback: () => {}, errorCallback: (m) => {
-        throw new Error(m);
-      } });
+      const errors = [];
+      await pyodide.loadPackage(message.pyodide_packages, {
+        messageCallback: () => {},
+        errorCallback: (text) => errors.push(text),
+      });
+      if (errors.length > 0) throw new Error(`cannot load ${message.pyodide_packages.join(", ")}: ${errors.join("; ")}`);
     }
     lockDown(message.allow_network === true, [paths.dir, paths.snapshotPath, new URL(import.meta.url).pathname]);
     const result = await codemode.run.callPromising(String(message.code ?? ""), jsonStringify(message.namespaces ?? []));
