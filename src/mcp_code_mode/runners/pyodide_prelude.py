@@ -255,15 +255,21 @@ def _compile(code: str) -> tuple[types.CodeType, types.CodeType | None]:
     return compile(tree, CODE_FILENAME, "exec", flags=flags), last
 
 
-async def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
+def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     result = eval(code, namespace)
-    if code.co_flags & 0x80:  # CO_COROUTINE: the script used top-level await
-        result = await result
+    if code.co_flags & 0x80:  # CO_COROUTINE: the script used top-level await; run it on the event loop
+        from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
+
+        result = run_sync(result)
     return result
 
 
-async def run(code: str, namespaces_json: str) -> str:
-    """Run one script in this interpreter; the ``done`` fields as JSON (without ``dropped``)."""
+def run(code: str, namespaces_json: str) -> str:
+    """Run one script in this interpreter; the ``done`` fields as JSON (without ``dropped``).
+
+    A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
+    it): no event-loop round trip before the script starts, unless the script itself awaits.
+    """
     sys.stdout = sys.stderr = _Output()  # type: ignore[assignment]
     _chdir(WORKSPACE)
     namespace: dict[str, Any] = {
@@ -283,8 +289,8 @@ async def run(code: str, namespaces_json: str) -> str:
         done = {"success": False, "error": _syntax_error(exc)}
     else:
         try:
-            await _evaluate(body, namespace)
-            value = await _evaluate(last, namespace) if last is not None else None
+            _evaluate(body, namespace)
+            value = _evaluate(last, namespace) if last is not None else None
             done = {"success": True, "returnValue": _jsonable(value)}
         except _FinalAnswer as answer:
             done = {"success": True, "returnValue": _jsonable(answer.value)}
@@ -294,7 +300,7 @@ async def run(code: str, namespaces_json: str) -> str:
     return _dumps(done, default=_repr)
 
 
-async def warm_up() -> None:
+def warm_up() -> None:
     """One throwaway run through the paths a real run takes (compile, run_sync, await, output, files).
 
     WebAssembly functions are compiled lazily, on first call; doing it here, before the worker says
@@ -302,11 +308,31 @@ async def warm_up() -> None:
     """
     from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
 
-    host = _host()
-    run_sync(host.echo("{}"))
-    await host.echo("{}")
-    await run(WARM_UP_SCRIPT, "[]")
+    run_sync(_host().echo("{}"))
+    run(WARM_UP_SCRIPT, "[]")
     _awaited_calls.clear()
+
+
+def serve() -> str:
+    """The worker's Python main loop: warm up, then wait for messages; run the one script and return.
+
+    Entered once from JavaScript with ``callPromising`` before the worker says ``ready``; it waits
+    suspended in ``run_sync``, so a run resumes a stack that is already there. ``prepare`` messages
+    (stubs) are handled while waiting; the ``run`` message's result (JSON) is the return value.
+    """
+    from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
+
+    warm_up()
+    host = _host()
+    while True:
+        message = _loads(run_sync(host.next_message()))
+        if isinstance(message.get("stubs"), str):
+            prepare(message["stubs"], message.get("version"))
+        if message.get("op") == "run":
+            wheels = message.get("wheels") or []
+            if wheels:
+                install_wheels([f"/wheels/{name}" for name in wheels])
+            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []))
 
 
 WARM_UP_SCRIPT = """\

@@ -162,16 +162,44 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   pyodide.mountNodeFS("/workspace", Deno.cwd());
   pyodide.mountNodeFS("/wheels", wheelsDir);
   const micropip = [...Deno.readDirSync(wheelsDir)].map((e) => e.name).filter((n) => /^micropip-.*\.whl$/.test(n));
-  pyodide.registerJsModule("_codemode_host", {
+  const hostModule = {
     output: (text) => output.write(text),
     flush: () => output.flush(),
     request,
     echo: async (text) => text,
-  });
+    next_message: null,
+  };
+  pyodide.registerJsModule("_codemode_host", hostModule);
   const codemode = pyodide.pyimport("_codemode");
   if (micropip.length > 0) codemode.install_wheels(pyodide.toPy([`/wheels/${micropip.sort().pop()}`]));
+
+  // Python's main loop (`_codemode.serve`) is entered once, now, and waits for its run suspended in
+  // `run_sync(next_message())`: a run resumes a stack that is already there.
+  const inbox = [];
+  let handOver = null;
+  let waiting;
+  const firstWait = new Promise((resolve) => (waiting = resolve));
+  hostModule.next_message = () =>
+    new Promise((resolve) => {
+      if (inbox.length > 0) {
+        resolve(inbox.shift());
+      } else {
+        handOver = resolve;
+        waiting();
+      }
+    });
+  const deliver = (line) => {
+    if (handOver) {
+      const resolve = handOver;
+      handOver = null;
+      resolve(line);
+    } else {
+      inbox.push(line);
+    }
+  };
   output.cap = 0; // the warm-up's output is dropped
-  await codemode.warm_up.callPromising();
+  const serving = codemode.serve.callPromising();
+  await Promise.race([firstWait, serving]);
   output.pending = [];
   output.pendingChars = 0;
   output.used = 0;
@@ -191,40 +219,31 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
         pending.delete(message.id);
         resolve(line);
       }
-      continue;
-    }
-    if (typeof message.stubs === "string") {
-      codemode.prepare(message.stubs, message.version);
-    }
-    if (message.op === "run") {
+    } else if (message.op === "run") {
       // Not awaited: this loop must go on reading the host's answers to the script's tool calls.
-      runOnce(pyodide, codemode, message, { dir, snapshotPath, wheelsDir }).finally(() => exit(0));
+      runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath }).finally(() => exit(0));
+    } else if (typeof message.stubs === "string") {
+      deliver(line); // `prepare`: Python compiles the stubs while it waits
     }
   }
   exit(0); // the host closed stdin: it is gone
 }
 
-async function runOnce(pyodide, codemode, message, paths) {
+async function runOnce(pyodide, message, line, deliver, serving, paths) {
   send({ op: "started" });
   output.cap = Math.max(0, Number(message.max_output ?? 100000));
   output.lastFlush = performance.now();
   let done;
   try {
-    const wheels = Array.isArray(message.wheels) ? message.wheels : [];
-    if (wheels.length > 0) {
-      codemode.install_wheels(pyodide.toPy(wheels.map((w) => `/wheels/${w}`)));
-    }
-    if (Array.isArray(message.pyodide_packages) && message.pyodide_packages.length > 0) {
+    const builds = Array.isArray(message.pyodide_packages) ? message.pyodide_packages : [];
+    if (builds.length > 0) {
       const errors = [];
-      await pyodide.loadPackage(message.pyodide_packages, {
-        messageCallback: () => {},
-        errorCallback: (text) => errors.push(text),
-      });
-      if (errors.length > 0) throw new Error(`cannot load ${message.pyodide_packages.join(", ")}: ${errors.join("; ")}`);
+      await pyodide.loadPackage(builds, { messageCallback: () => {}, errorCallback: (text) => errors.push(text) });
+      if (errors.length > 0) throw new Error(`cannot load ${builds.join(", ")}: ${errors.join("; ")}`);
     }
     lockDown(message.allow_network === true, [paths.dir, paths.snapshotPath, new URL(import.meta.url).pathname]);
-    const result = await codemode.run.callPromising(String(message.code ?? ""), jsonStringify(message.namespaces ?? []));
-    done = JSON.parse(result);
+    deliver(line);
+    done = JSON.parse(await serving);
   } catch (error) {
     done = { success: false, error: { type: "RunnerError", message: String(error?.message ?? error) } };
   }
