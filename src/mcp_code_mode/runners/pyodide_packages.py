@@ -55,7 +55,7 @@ ALLOWED_PURE_PYTHON: frozenset[str] = frozenset(
 
 PIP_TIMEOUT = 180.0
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
-_NO_MATCH = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)")
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
 
 
 def canonical(name: str) -> str:
@@ -155,9 +155,9 @@ class PyodidePackages:
     def _explain(self, stderr: str, specs: Sequence[str]) -> str:
         missing = _NO_MATCH.search(stderr)
         if missing is not None:
-            name = canonical(missing.group(1))
+            requirement = missing.group(1)
             source = "" if self.index_url else " and no Pyodide package index is set (CODE_MODE_PYODIDE_INDEX_URL)"
-            return f"{name} has no pure-Python wheel for Pyodide's Python {self.python_version}{source}"
+            return f"{requirement} has no pure-Python wheel for Pyodide's Python {self.python_version}{source}"
         lines = [line for line in stderr.strip().splitlines() if line.strip() and "Location" not in line]
         detail = lines[-1] if lines else "pip failed"
         return f"cannot install {', '.join(specs)} for the pyodide runner: {detail}"
