@@ -106,6 +106,8 @@ class Settings(BaseModel):
     pyodide_cache_dir: Path | None = None
     """Where the pyodide runner keeps its memory snapshot, wheels and Deno's cache.
     Default: ``$XDG_CACHE_HOME/mcp-code-mode/pyodide`` (``~/.cache/mcp-code-mode/pyodide``)."""
+    pyodide_max_memory_mb: int = Field(default=1024, ge=64, le=4096)
+    """Memory a Pyodide interpreter may grow to (WebAssembly memory, in MiB); past it, MemoryError."""
     pyodide_index_url: str | None = None
     """A Pyodide package index (URL or folder) for packages that need Pyodide's own builds (numpy, pandas).
     Empty: only pure-Python wheels can be installed under the pyodide runner."""

@@ -152,6 +152,19 @@ async def test_output_is_capped_and_marked_truncated(engine: CodeMode) -> None:
     assert not (await engine.execute("print('ok')")).truncated
 
 
+async def test_a_memory_bomb_gets_memory_error_at_the_configured_cap(engine: CodeMode) -> None:
+    cap = engine.config.settings.pyodide_max_memory_mb
+    code = (
+        f"try:\n    bomb = bytearray({cap + 256} * 1024 * 1024)\n"
+        "except MemoryError:\n    print('refused')\n"
+        "len(bytearray(50_000_000))"
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.output == "refused\n"
+    assert result.return_value == 50_000_000
+
+
 async def test_open_reads_and_writes_real_workspace_files_that_come_back_in_files(engine: CodeMode) -> None:
     code = (
         "with open('results.txt', 'w') as f:\n"

@@ -79,6 +79,7 @@ class PyodideSetup:
     pyodide_dir: Path
     cache_dir: Path
     index_url: str | None
+    max_memory_mb: int = 1024
 
     @property
     def wheels_dir(self) -> Path:
@@ -141,6 +142,7 @@ class PyodideSetup:
             "--allow-read=" + ",".join([*readable, *([folder] if folder else [])]),
             "--allow-write=.",
             "--allow-net",
+            f"--v8-flags=--wasm-max-mem-pages={self.max_memory_mb * 16}",  # 64 KiB pages
             str(WORKER_SCRIPT),
             "serve",
             str(self.pyodide_dir),
@@ -212,6 +214,7 @@ class PyodideRunner(ProcessRunner):
             pyodide_dir=find_pyodide_dir(settings),
             cache_dir=(settings.pyodide_cache_dir or default_cache_dir()).resolve(),
             index_url=settings.pyodide_index_url,
+            max_memory_mb=settings.pyodide_max_memory_mb,
         )
         self.packages = PyodidePackages(
             wheels_dir=self.setup.wheels_dir, lock=self.setup.lock(), index_url=settings.pyodide_index_url
