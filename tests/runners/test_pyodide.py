@@ -6,6 +6,7 @@ Deno processes restoring Pyodide from the cached memory snapshot.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from mcp_code_mode.errors import UnsupportedError
 from mcp_code_mode.runners.pyodide import PyodideRunner
 from mcp_code_mode.server import build_server
 
-from ..conftest import filesystem_entry, fixture_entry, make_config, memory_entry
+from ..conftest import alive, child_pids, filesystem_entry, fixture_entry, make_config, memory_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -247,6 +248,29 @@ async def test_the_snapshot_is_cached_on_disk_keyed_by_the_versions(engine: Code
     assert runner.setup.versions()["pyodide"] in path.name
     assert runner.isolation == "wasm"
     assert engine.status()["runners"]["pyodide"] == {"isolation": "wasm", "languages": ["python"]}
+
+
+async def test_closing_the_engine_while_interpreters_start_leaves_no_deno_process(tmp_path: Path) -> None:
+    config = make_config({}, workspace_dir=tmp_path / "runs", pyodide_pool_size=2)
+    async with CodeMode(config) as cm:
+        runner = cm.runners["pyodide"]
+        assert isinstance(runner, PyodideRunner)
+        with anyio.fail_after(60):
+            while runner.pool.spawned < 2:  # both interpreters are starting, neither is ready yet
+                await anyio.sleep(0.01)
+        starting = {pid for pid in child_pids(os.getpid()) if "deno" in _command(pid)}
+        assert starting
+    with anyio.fail_after(10):
+        while any(alive(pid) for pid in starting):
+            await anyio.sleep(0.05)
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 async def test_a_host_without_pyodide_gets_a_clear_error_and_the_server_still_serves(tmp_path: Path) -> None:

@@ -203,6 +203,10 @@ class WorkerPool:
                     worker.stubs_version = stubs.version
         except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             hello = None
+        except BaseException:  # cancelled while starting (the pool is closing): the worker must not outlive it
+            with anyio.CancelScope(shield=True):
+                await worker.kill()
+            raise
         if hello is None or hello.get("op") != "ready":
             await worker.kill()
             raise RunnerError(f"the worker did not start: {worker.stderr_tail() or 'no output'}")
