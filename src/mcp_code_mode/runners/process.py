@@ -132,6 +132,9 @@ class WorkerPool:
         self._stubs: StubBundle | None = None
         self._changed = anyio.Event()
         self.spawned = 0
+        self.spawn_delay = 0.0
+        """Seconds a background start waits first, so that the answer of the run that freed the slot goes out
+        before the next worker is forked (for pools whose workers serve one run each)."""
         self.wait_for_starting = False
         """Whether a run that finds no idle worker waits for one being started rather than starting its own
         (for workers that take long to start)."""
@@ -153,6 +156,8 @@ class WorkerPool:
 
     async def _spawn_into_pool(self) -> None:
         try:
+            if self.spawn_delay > 0:
+                await anyio.sleep(self.spawn_delay)
             worker = await self.spawn()
         except RunnerError as exc:
             logger.error("%s: could not start a warm worker: %s", self._label, exc)
@@ -169,6 +174,20 @@ class WorkerPool:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+    async def changed(self) -> None:
+        """Wait until a worker became ready or a start ended."""
+        await self._changed.wait()
+
+    def resize(self, size: int) -> None:
+        """Keep ``size`` workers from now on (starting more at once when it grew)."""
+        self._size = size
+        self._max_idle = max(self._max_idle, size)
+        self._refill()
+
+    @property
+    def starting(self) -> int:
+        return self._starting
 
     async def spawn(self) -> Worker:
         """Start one zygote and wait until it says it is ready (with the current stubs compiled)."""

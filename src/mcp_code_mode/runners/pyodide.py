@@ -33,7 +33,7 @@ from ..bridge import ToolDispatcher
 from ..config import Settings
 from ..errors import RunnerError
 from .base import ErrorInfo, RunOutcome, RunRequest
-from .process import ProcessRunner
+from .process import WORKER_START_TIMEOUT, ProcessRunner
 from .pyodide_packages import PyodidePackages
 
 logger = logging.getLogger(__name__)
@@ -228,6 +228,7 @@ class PyodideRunner(ProcessRunner):
             env=self.setup.environment(),
         )
         self.pool.wait_for_starting = True  # a run waits for a starting interpreter rather than start its own
+        self.pool.spawn_delay = 0.05  # the replacement of a used interpreter starts after its run's answer
         self._pool_size = settings.pyodide_pool_size
         self._prepared = False
         self._preparing = anyio.Lock()
@@ -248,13 +249,23 @@ class PyodideRunner(ProcessRunner):
                 if self.problem is None:
                     await ensure_snapshot(self.setup, self.packages)
                     assert self._tg is not None
+                    # The first interpreter starts alone: the first run after start waits only for it.
+                    self.pool.resize(min(1, self._pool_size))
                     await self.pool.start(self._tg)
+                    self._tg.start_soon(self._grow)
             except RunnerError as exc:
                 self.problem = str(exc)
             finally:
                 self._prepared = True
             if self.problem is not None:
                 logger.warning("pyodide runner unavailable: %s", self.problem)
+
+    async def _grow(self) -> None:
+        """Once the first interpreter is ready (or failed), start the rest of the pool."""
+        with anyio.move_on_after(WORKER_START_TIMEOUT):
+            while self.pool.warm == 0 and self.pool.starting > 0:
+                await self.pool.changed()
+        self.pool.resize(self._pool_size)
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
         await self._prepare()
