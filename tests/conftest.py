@@ -64,6 +64,7 @@ def make_config(servers: dict[str, dict[str, Any]], **settings: Any) -> CodeMode
     """A config in code; the cache goes to the suite's temporary directory with the hashing embedder by default."""
     settings.setdefault("cache_dir", CACHE_DIR)
     settings.setdefault("cache_embedder", "hashing")
+    settings.setdefault("pyodide_pool_size", 0)  # no warm Pyodide interpreters unless a test asks
     return CodeModeConfig.from_servers(servers, settings=Settings(**settings), env=dict(os.environ))
 
 

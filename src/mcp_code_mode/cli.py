@@ -168,6 +168,12 @@ def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_shot(config: CodeModeConfig) -> CodeModeConfig:
+    """For a command that runs at most one script: no warm Pyodide interpreters (each is a Deno process)."""
+    settings = config.settings.model_copy(update={"pyodide_pool_size": 0})
+    return config.model_copy(update={"settings": settings})
+
+
 async def _run(config: CodeModeConfig, args: argparse.Namespace) -> int:
     code = sys.stdin.read() if str(args.script) == "-" else args.script.read_text(encoding="utf-8")
     language = args.language or EXTENSIONS.get(args.script.suffix.lower(), "python")
@@ -178,7 +184,7 @@ async def _run(config: CodeModeConfig, args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    async with CodeMode(config) as cm:
+    async with CodeMode(_one_shot(config)) as cm:
         result = await cm.execute(
             code, language, timeout_ms=args.timeout, runner=args.runner, on_output=None if args.json else stream
         )
@@ -209,7 +215,7 @@ def _print_result(result: RunResult, *, as_json: bool) -> None:
 
 
 async def _stubs(config: CodeModeConfig, server: str | None, language: str) -> int:
-    async with CodeMode(config) as cm:
+    async with CodeMode(_one_shot(config)) as cm:
         for status in cm.pool.servers.values():
             if status.state not in ("ready", "disabled"):
                 print(f"# {status.name}: {status.state}: {status.error}", file=sys.stderr)

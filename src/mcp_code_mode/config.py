@@ -100,7 +100,7 @@ class Settings(BaseModel):
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
-    python_runner: Literal["local", "cpython"] = "local"
+    python_runner: Literal["local", "cpython", "pyodide"] = "local"
     """Runner used for Python when ``execute_code`` names none."""
     cpython_pool_size: int = Field(default=1, ge=0)
     """Warm workers kept for the cpython runner."""
@@ -163,8 +163,30 @@ class Settings(BaseModel):
     """Deno's cache (npm packages, compiled modules) for the JavaScript/TypeScript runner.
     Default: ``deno/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
 
+    pyodide_pool_size: int = Field(default=1, ge=0)
+    """Warm Pyodide interpreters kept waiting (each is a Deno process of about 200 MB, used for one run)."""
+    pyodide_dir: Path | None = None
+    """The npm ``pyodide`` package folder. Default: ``node_modules/pyodide`` of the project, else of the cwd."""
+    pyodide_cache_dir: Path | None = None
+    """Where the pyodide runner keeps its memory snapshot, wheels and Deno's cache.
+    Default: ``pyodide/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
+    pyodide_max_memory_mb: int = Field(default=1024, ge=64, le=4096)
+    """Memory a Pyodide interpreter may grow to (WebAssembly memory, in MiB); past it, MemoryError."""
+    pyodide_index_url: str | None = None
+    """A Pyodide package index (URL or folder) for packages that need Pyodide's own builds (numpy, pandas).
+    Empty: only pure-Python wheels can be installed under the pyodide runner."""
+
     @field_validator(
-        "config", "workspace_dir", "cache_dir", "allowed_packages", "auth_token", "deno_dir", mode="before"
+        "config",
+        "workspace_dir",
+        "cache_dir",
+        "allowed_packages",
+        "auth_token",
+        "deno_dir",
+        "pyodide_dir",
+        "pyodide_cache_dir",
+        "pyodide_index_url",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:

@@ -56,7 +56,8 @@ run, cache="refresh" runs again); search_cached_scripts finds proven ones.
 
 Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
 modules such as json, re, math, datetime, collections, csv are importable); runner="cpython" runs
-full Python. JavaScript and TypeScript run under Deno (an ES module, top-level await works): call
+full Python; runner="pyodide" runs full CPython in WebAssembly (in async code, await the tools).
+JavaScript and TypeScript run under Deno (an ES module, top-level await works): call
 tools as `await server.tool({ arg: value })`; a failing tool throws ToolError; `export default value`
 returns value; `require('fs')` and allowed npm packages (`require('axios')`) work; type errors do not
 stop a run. Every script is sandboxed: it sees only its workspace, and the network only when
@@ -297,7 +298,7 @@ def build_server(
             str | None,
             Field(
                 description="Runner: local (Python, restricted interpreter, default), cpython (full Python), "
-                "deno (JavaScript/TypeScript, default)."
+                "pyodide (CPython in WebAssembly), deno (JavaScript/TypeScript, default)."
             ),
         ] = None,
         cache: Annotated[

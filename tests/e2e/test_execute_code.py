@@ -166,7 +166,7 @@ async def test_tools_added_at_run_time_are_callable_in_the_next_script(client: C
     [
         ({"language": "ruby"}, "language 'ruby' is not supported yet"),
         ({"packages": ["requests @ https://evil.invalid/r.whl"]}, "only a name and a version specifier"),
-        ({"runner": "pyodide"}, "runner 'pyodide' is not supported yet"),
+        ({"runner": "wasmtime"}, "runner 'wasmtime' is not supported yet"),
         ({"timeout": 0}, "timeout must be between 1 and 300000 ms"),
         ({"timeout": 300001}, "timeout must be between 1 and 300000 ms"),
     ],

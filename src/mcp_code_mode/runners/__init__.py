@@ -12,6 +12,7 @@ from .base import Runner
 from .cpython import CPythonRunner
 from .deno import DenoRunner, default_deno_dir
 from .local import LocalRunner
+from .pyodide import PyodideRunner
 
 # The languages a script may name, with their aliases.
 LANGUAGE_ALIASES: dict[str, str] = {
@@ -37,6 +38,7 @@ def build_runners(settings: Settings, sandbox: Sandbox, whitelist: Whitelist) ->
             deno_dir=default_deno_dir(settings),
             whitelist=whitelist,
         ),
+        PyodideRunner(settings, sandbox, whitelist),
     ]
     return {runner.name: runner for runner in runners}
 

@@ -155,6 +155,9 @@ class WorkerPool:
         self._arrived = anyio.Event()
         self._waiters = 0
         self.spawned = 0
+        self.spawn_delay = 0.0
+        """Seconds a background start waits first, so that the answer of the run that freed the slot goes out
+        before the next worker is forked (for pools whose workers serve one run each)."""
 
     async def start(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -173,6 +176,8 @@ class WorkerPool:
 
     async def _spawn_into_pool(self) -> None:
         try:
+            if self.spawn_delay > 0:
+                await anyio.sleep(self.spawn_delay)
             worker = await self.spawn()
         except RunnerError as exc:
             if not self._closed:
@@ -194,6 +199,20 @@ class WorkerPool:
         """Wake acquirers waiting for a worker: one arrived, or one they counted on will not."""
         self._arrived.set()
         self._arrived = anyio.Event()
+
+    async def changed(self) -> None:
+        """Wait until a worker became ready or a start ended."""
+        await self._arrived.wait()
+
+    def resize(self, size: int) -> None:
+        """Keep ``size`` workers from now on (starting more at once when it grew)."""
+        self._size = size
+        self._max_idle = max(self._max_idle, size)
+        self._refill()
+
+    @property
+    def starting(self) -> int:
+        return self._starting
 
     async def spawn(self) -> Worker:
         """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
@@ -335,6 +354,8 @@ class ProcessRunner:
     name = "process"
     languages: tuple[str, ...] = ("python",)
     stub_language = "python"
+    reuse_workers = True
+    """Whether a worker serves another run after a clean one (false: one run per worker process)."""
 
     def __init__(self, launcher: Launcher, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
         self.sandbox = sandbox
@@ -408,6 +429,10 @@ class ProcessRunner:
         return message
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
+        return await self.run_with(request, dispatcher, {})
+
+    async def run_with(self, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any]) -> RunOutcome:
+        """Run on a pooled worker; ``extra`` fields are added to the ``run`` message."""
         pool = self._pool_for(self.profile_for(request))
         worker = await pool.acquire()
         output: list[str] = []
@@ -416,7 +441,7 @@ class ProcessRunner:
         outcome: RunOutcome | None = None
         clean = False
         try:
-            await worker.send(self.run_message(request, worker))
+            await worker.send({**self.run_message(request, worker), **extra})
             worker.stubs_version = request.stubs.version
             with anyio.move_on_after(request.timeout):
                 while outcome is None:
@@ -459,7 +484,7 @@ class ProcessRunner:
                 # Kill now, before answering: nothing the script started may outlive its run.
                 with anyio.CancelScope(shield=True):
                     await worker.kill()
-            pool.release(worker, clean=clean)
+            pool.release(worker, clean=clean and self.reuse_workers)
         outcome.duration = time.perf_counter() - started
         outcome.output = "".join(output)
         if kept >= request.max_output or outcome.truncated:

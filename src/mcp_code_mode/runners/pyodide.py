@@ -1,0 +1,291 @@
+"""The ``pyodide`` runner: full CPython (Pyodide, WebAssembly) under Deno, with the same stubs and bridge.
+
+The portable sandbox. A script runs in a Pyodide interpreter inside a Deno process whose permissions
+are the only door out: read of the Pyodide files, the memory snapshot, the worker script and the
+run's workspace (read/write, mounted at ``/workspace``), network only when the run allows it; no env,
+run, ffi or sys. It works wherever Deno does (Linux, macOS, Windows), bubblewrap or not.
+
+Fast start: the first start of the runner boots Pyodide once (seconds) and writes a memory snapshot
+to the cache, keyed by the versions of Pyodide, Deno and the worker's own sources. Every worker
+restores an interpreter from it (a fraction of a second) and waits, warm, with the stubs compiled.
+A worker serves exactly one run and exits, so no state carries over; the pool starts its
+replacement as soon as a run takes it (``pyodide_pool_size`` are kept waiting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import anyio
+
+from ..bridge import ToolDispatcher
+from ..config import Settings
+from ..errors import RunnerError
+from ..packages import Whitelist
+from ..sandbox import Profile, Sandbox
+from .base import ErrorInfo, RunOutcome, RunRequest
+from .process import WORKER_START_TIMEOUT, ProcessRunner, plain_launcher
+from .pyodide_packages import PyodidePackages
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+WORKER_SCRIPT = HERE / "pyodide_worker.js"
+PRELUDE = HERE / "pyodide_prelude.py"
+SNAPSHOT_TIMEOUT = 300.0
+_PROJECT_ROOT = HERE.parents[2]
+
+
+def find_deno() -> str | None:
+    """The Deno executable: the PyPI ``deno`` package's, else one on PATH."""
+    with contextlib.suppress(ImportError, OSError, RuntimeError):
+        from deno import find_deno_bin
+
+        path = find_deno_bin()
+        if path and Path(path).exists():
+            return str(path)
+    return shutil.which("deno")
+
+
+def default_cache_dir(settings: Settings) -> Path:
+    """``CODE_MODE_PYODIDE_CACHE_DIR``, else ``pyodide/`` in the cache directory."""
+    return settings.pyodide_cache_dir or settings.cache_root() / "pyodide"
+
+
+def find_pyodide_dir(settings: Settings) -> Path:
+    if settings.pyodide_dir is not None:
+        return settings.pyodide_dir.resolve()
+    for root in (_PROJECT_ROOT, Path.cwd()):
+        candidate = root / "node_modules" / "pyodide"
+        if (candidate / "pyodide.mjs").exists():
+            return candidate.resolve()
+    return (_PROJECT_ROOT / "node_modules" / "pyodide").resolve()
+
+
+@dataclass(frozen=True)
+class PyodideSetup:
+    """Where everything is, and what the snapshot is keyed by."""
+
+    deno: str | None
+    pyodide_dir: Path
+    cache_dir: Path
+    index_url: str | None
+    max_memory_mb: int = 1024
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.cache_dir / "wheels"
+
+    @property
+    def deno_dir(self) -> Path:
+        return self.cache_dir / "deno"
+
+    def problem(self) -> str | None:
+        """Why this runner cannot work on this host, or None."""
+        if self.deno is None:
+            return "Deno is not installed (the PyPI package `deno` provides it)"
+        if not (self.pyodide_dir / "pyodide.mjs").exists():
+            return f"Pyodide is not installed at {self.pyodide_dir} (run `npm ci`, or set CODE_MODE_PYODIDE_DIR)"
+        return None
+
+    def lock(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.pyodide_dir / "pyodide-lock.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def versions(self) -> dict[str, str]:
+        pyodide = "unknown"
+        with contextlib.suppress(OSError, ValueError):
+            pyodide = json.loads((self.pyodide_dir / "package.json").read_text(encoding="utf-8"))["version"]
+        deno = "unknown"
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            deno = importlib.metadata.version("deno")
+        return {"pyodide": str(pyodide), "deno": deno}
+
+    def snapshot_path(self) -> Path:
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.versions(), sort_keys=True).encode())
+        digest.update(str(self.deno).encode())
+        for source in (WORKER_SCRIPT, PRELUDE):
+            digest.update(source.read_bytes())
+        return self.cache_dir / f"snapshot-{self.versions()['pyodide']}-{digest.hexdigest()[:16]}.bin"
+
+    def index_folder(self) -> str | None:
+        """The configured package index when it is a folder (read permission), else None (a URL)."""
+        if not self.index_url or urlparse(self.index_url).scheme in ("http", "https"):
+            return None
+        parsed = urlparse(self.index_url)
+        return str(Path(parsed.path if parsed.scheme == "file" else self.index_url).resolve())
+
+    def serve_argv(self, snapshot: Path) -> list[str]:
+        """A worker's command line. Network is granted here and revoked by the worker before a run that
+        does not allow it (workers are started before their run is known)."""
+        folder = self.index_folder()
+        readable = [str(self.pyodide_dir), str(snapshot), str(WORKER_SCRIPT), str(self.wheels_dir), "."]
+        index = folder or self.index_url or ""
+        return [
+            self.deno or "deno",
+            "run",
+            "--no-prompt",
+            "--no-config",
+            "--no-lock",
+            "--allow-read=" + ",".join([*readable, *([folder] if folder else [])]),
+            "--allow-write=.",
+            "--allow-net",
+            f"--v8-flags=--wasm-max-mem-pages={self.max_memory_mb * 16}",  # 64 KiB pages
+            str(WORKER_SCRIPT),
+            "serve",
+            str(self.pyodide_dir),
+            str(snapshot),
+            str(self.wheels_dir),
+            index,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        return {"DENO_DIR": str(self.deno_dir), "DENO_NO_UPDATE_CHECK": "1", "NO_COLOR": "1"}
+
+
+async def ensure_snapshot(setup: PyodideSetup, packages: PyodidePackages) -> Path:
+    """The snapshot for these versions, made now (seconds, once per version) when missing."""
+    path = setup.snapshot_path()
+    if path.exists():
+        return path
+    setup.cache_dir.mkdir(parents=True, exist_ok=True)
+    setup.wheels_dir.mkdir(parents=True, exist_ok=True)
+    micropip_version = str(((setup.lock().get("packages") or {}).get("micropip") or {}).get("version") or "")
+    if micropip_version:
+        await packages.micropip(micropip_version)  # into the wheel cache; workers unpack it
+    fd, tmp_name = tempfile.mkstemp(prefix=".snapshot-", suffix=".tmp", dir=setup.cache_dir)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    argv = [
+        setup.deno or "deno",
+        "run",
+        "--no-prompt",
+        "--no-config",
+        "--no-lock",
+        f"--allow-read={setup.pyodide_dir},{HERE}",
+        f"--allow-write={tmp}",
+        str(WORKER_SCRIPT),
+        "snapshot",
+        str(setup.pyodide_dir),
+        str(tmp),
+        str(PRELUDE),
+    ]
+    logger.info("pyodide: making the memory snapshot %s (once per version)", path.name)
+    try:
+        with anyio.fail_after(SNAPSHOT_TIMEOUT):
+            result = await anyio.run_process(
+                argv, check=False, env={"PATH": os.environ.get("PATH", ""), **setup.environment()}
+            )
+        if result.returncode != 0 or tmp.stat().st_size == 0:
+            detail = result.stderr.decode("utf-8", "replace").strip()[-1500:]
+            raise RunnerError(f"could not make the Pyodide snapshot: {detail or f'exit code {result.returncode}'}")
+        os.replace(tmp, path)
+    except TimeoutError:
+        raise RunnerError(f"making the Pyodide snapshot took more than {SNAPSHOT_TIMEOUT:.0f} s") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class PyodideRunner(ProcessRunner):
+    name = "pyodide"
+    languages: tuple[str, ...] = ("python",)
+    stub_language = "python"
+    reuse_workers = False
+    installs_packages = True
+
+    def __init__(self, settings: Settings, sandbox: Sandbox, whitelist: Whitelist) -> None:
+        self.setup = PyodideSetup(
+            deno=find_deno(),
+            pyodide_dir=find_pyodide_dir(settings),
+            cache_dir=default_cache_dir(settings).resolve(),
+            index_url=settings.pyodide_index_url,
+            max_memory_mb=settings.pyodide_max_memory_mb,
+        )
+        self.packages = PyodidePackages(
+            wheels_dir=self.setup.wheels_dir,
+            lock=self.setup.lock(),
+            index_url=settings.pyodide_index_url,
+            whitelist=whitelist,
+        )
+        self.problem: str | None = self.setup.problem()
+        snapshot = self.setup.snapshot_path() if self.problem is None else Path("missing")
+        launcher = plain_launcher(self.setup.serve_argv(snapshot), settings.workspace_dir, env=self.setup.environment())
+        # One kind of worker: it starts with network and takes it back before a run that may not use it.
+        # The pool starts empty and grows once the snapshot exists (see ``_prepare``).
+        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=Profile())
+        self.pool.spawn_delay = 0.05  # the replacement of a used interpreter starts after its run's answer
+        self._target_size = settings.pyodide_pool_size
+        self._prepared = False
+        self._preparing = anyio.Lock()
+
+    async def start(self) -> None:
+        stack = contextlib.AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        if self._target_size > 0:  # warm up in the background: the server serves meanwhile
+            self._tg.start_soon(self._prepare)
+
+    async def _prepare(self) -> None:
+        """Make the snapshot if needed, then fill the pool. Once; a run that comes first waits for it."""
+        async with self._preparing:
+            if self._prepared:
+                return
+            try:
+                if self.problem is None:
+                    await ensure_snapshot(self.setup, self.packages)
+                    assert self._tg is not None
+                    # The first interpreter starts alone: the first run after start waits only for it.
+                    self.pool.resize(min(1, self._target_size))
+                    await self.pool.start(self._tg)
+                    self._tg.start_soon(self._grow)
+            except RunnerError as exc:
+                self.problem = str(exc)
+            finally:
+                self._prepared = True
+            if self.problem is not None:
+                logger.warning("pyodide runner unavailable: %s", self.problem)
+
+    async def _grow(self) -> None:
+        """Once the first interpreter is ready (or failed), start the rest of the pool."""
+        with anyio.move_on_after(WORKER_START_TIMEOUT):
+            while self.pool.warm == 0 and self.pool.starting > 0:
+                await self.pool.changed()
+        self.pool.resize(self._target_size)
+
+    @property
+    def isolation(self) -> str:
+        return "wasm"
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        return Profile()
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
+        await self._prepare()
+        if self.problem is not None:
+            error = ErrorInfo("RunnerError", f"pyodide runner unavailable: {self.problem}")
+            return RunOutcome(success=False, error=error)
+        plan = await self.packages.plan(request.packages)
+        extra: dict[str, Any] = {"allow_network": request.allow_network}
+        if plan.wheels:
+            extra["wheels"] = list(plan.wheels)
+        if plan.pyodide:
+            extra["pyodide_packages"] = list(plan.pyodide)
+        return await self.run_with(request, dispatcher, extra)
+
+
+__all__ = ["PyodideRunner", "ensure_snapshot", "find_deno"]

@@ -1,0 +1,303 @@
+"""The pyodide runner: CPython in WebAssembly under Deno, with the same stubs over the same bridge.
+
+Real engine, real downstream servers (npm filesystem and memory, the Python fixture server), real
+Deno processes restoring Pyodide from the cached memory snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.errors import PackageError
+from mcp_code_mode.runners.pyodide import PyodideRunner
+from mcp_code_mode.server import build_server
+
+from ..conftest import alive, child_pids, filesystem_entry, fixture_entry, make_config, memory_entry
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+async def engine(shared_dirs: dict[str, Path]) -> AsyncIterator[CodeMode]:
+    """One engine whose Python runner is pyodide, over filesystem, memory and fixture servers."""
+    config = make_config(
+        {
+            "filesystem": filesystem_entry(shared_dirs["files"]),
+            "memory": memory_entry(shared_dirs["memory"]),
+            "fixture": fixture_entry(),
+        },
+        workspace_dir=shared_dirs["runs"],
+        python_runner="pyodide",
+        pyodide_pool_size=2,
+    )
+    async with CodeMode(config) as cm:
+        yield cm
+
+
+async def test_one_script_orchestrates_filesystem_memory_and_fixture_servers(
+    engine: CodeMode, shared_dirs: dict[str, Path]
+) -> None:
+    code = (
+        f"ROOT = {str(shared_dirs['files'])!r}\n"
+        + """
+import statistics, sys
+for i in range(5):
+    filesystem.write_file(path=f"{ROOT}/sales_{i}.csv", content=f"region,amount\\nnorth,{i * 10}\\nsouth,{i}\\n")
+listing = filesystem.list_directory(path=ROOT)["content"]
+names = sorted(line.split()[-1] for line in listing.splitlines() if "sales_" in line)
+totals = []
+for name in names:
+    text = filesystem.read_text_file(path=f"{ROOT}/{name}")["content"]
+    totals.append(sum(float(row.split(",")[1]) for row in text.splitlines()[1:]))
+summary = fixture.stats(values=totals)
+memory.create_entities(entities=[{"name": "pyodide-report", "entityType": "report",
+                                  "observations": [f"total {sum(totals)}"]}])
+found = call_tool("memory", "search_nodes", {"query": "pyodide-report"})
+print(len(names), summary["mean"], sys.version_info[:2] >= (3, 12))
+{"totals": totals, "entities": [e["name"] for e in found["entities"]]}
+"""
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.runner == "pyodide"
+    assert result.output == "5 22.0 True\n"
+    assert result.return_value == {"totals": [0.0, 11.0, 22.0, 33.0, 44.0], "entities": ["pyodide-report"]}
+    assert result.tool_calls == 5 + 1 + 5 + 1 + 1 + 1
+    assert (shared_dirs["files"] / "sales_3.csv").read_text(encoding="utf-8") == "region,amount\nnorth,30\nsouth,3\n"
+    assert "pyodide-report" in shared_dirs["memory"].read_text(encoding="utf-8")
+
+
+async def test_a_failing_tool_raises_tool_error_with_server_tool_and_message(engine: CodeMode) -> None:
+    code = (
+        "try:\n"
+        "    fixture.fail(message='nope')\n"
+        "except ToolError as e:\n"
+        "    print(e.server, e.tool, str(e))\n"
+        "fixture.add(a=1, b=2)\n"
+        "fixture.fail(message='the server said no')\n"
+    )
+    result = await engine.execute(code)
+    assert result.output.startswith("fixture fail ") and result.output.endswith("nope\n")
+    assert not result.success
+    assert result.error is not None
+    assert (result.error.type, result.error.line) == ("ToolError", 6)
+    assert result.error.message.endswith("the server said no")
+
+
+async def test_stubs_are_awaitable_in_async_code_and_gather_runs_them_together(engine: CodeMode) -> None:
+    code = (
+        "import asyncio\n"
+        "async def total(values):\n"
+        "    first, second = await asyncio.gather(fixture.add(a=values[0], b=1), fixture.add(a=values[1], b=2))\n"
+        "    third = await call_tool('fixture', 'add', {'a': first['result'], 'b': second['result']})\n"
+        "    return third['result']\n"
+        "plain = fixture.add(a=40, b=2)['result']\n"
+        "top = await fixture.add(a=1, b=1)\n"
+        "[plain, top['result'], await total([10, 20])]\n"
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.return_value == [42, 2, 33]
+    assert result.tool_calls == 5
+
+
+async def test_the_full_language_runs_which_the_local_interpreter_refuses(engine: CodeMode) -> None:
+    code = (
+        "import os, sys, dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class P:\n"
+        "    x: int\n"
+        "    def __add__(self, other):\n"
+        "        return P(self.x + other.x)\n"
+        "(P(1) + P(2)).__dict__, sys.platform, os.getcwd(), type(1).__name__\n"
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.return_value == [{"x": 3}, "emscripten", "/workspace", "int"]
+
+
+async def test_errors_carry_type_message_and_the_line_in_the_users_code(engine: CodeMode) -> None:
+    code = "a = 1\n\ndef f(x):\n    return 10 / x\n\nprint('before')\nf(0)\n"
+    result = await engine.execute(code)
+    assert not result.success and result.error is not None
+    assert (result.error.type, result.error.message, result.error.line) == ("ZeroDivisionError", "division by zero", 4)
+    assert result.error.traceback is not None and "line 7, in <module>: f(0)" in result.error.traceback
+    assert result.output == "before\n"
+    syntax = await engine.execute("x = 1\nif x\n    pass\n")
+    assert syntax.error is not None and syntax.error.type == "SyntaxError" and syntax.error.line == 2
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass", "import time\ntime.sleep(10**6)"])
+async def test_runaway_scripts_are_killed_at_the_timeout_and_the_next_run_works(engine: CodeMode, code: str) -> None:
+    result = await engine.execute(code, timeout_ms=1500)
+    assert not result.success
+    assert result.error is not None and result.error.type == "TimeoutError"
+    assert result.execution_time < 2500  # from handing the code to a warm interpreter to the kill
+    after = await engine.execute("print('alive')")
+    assert after.success and after.output == "alive\n"
+
+
+async def test_output_is_capped_and_marked_truncated(engine: CodeMode) -> None:
+    cap = engine.config.settings.max_output_chars
+    result = await engine.execute(f"for i in range(20):\n    print('x' * {cap // 10})")
+    assert result.success
+    assert result.truncated
+    assert len(result.output) == cap
+    assert not (await engine.execute("print('ok')")).truncated
+
+
+async def test_a_memory_bomb_gets_memory_error_at_the_configured_cap(engine: CodeMode) -> None:
+    cap = engine.config.settings.pyodide_max_memory_mb
+    code = (
+        f"try:\n    bomb = bytearray({cap + 256} * 1024 * 1024)\n"
+        "except MemoryError:\n    print('refused')\n"
+        "len(bytearray(50_000_000))"
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.output == "refused\n"
+    assert result.return_value == 50_000_000
+
+
+async def test_open_reads_and_writes_real_workspace_files_that_come_back_in_files(engine: CodeMode) -> None:
+    code = (
+        "with open('results.txt', 'w') as f:\n"
+        "    f.write('Processing complete!\\n')\n"
+        "    f.write('Total: 42\\n')\n"
+        "import os\n"
+        "os.makedirs('out', exist_ok=True)\n"
+        "open('out/data.bin', 'wb').write(bytes(range(10)))\n"
+        "with open('results.txt', 'r') as f:\n"
+        "    print(f.read())\n"
+    )
+    result = await engine.execute(code)
+    assert result.success, result.error
+    assert result.output == "Processing complete!\nTotal: 42\n\n"
+    assert [(f.path, f.size) for f in result.files] == [("results.txt", 31), ("out/data.bin", 10)]
+
+
+async def test_each_run_gets_a_fresh_interpreter_and_an_empty_workspace(engine: CodeMode) -> None:
+    first = await engine.execute(
+        "import json, js, builtins\n"
+        "secret = 'left behind'\n"
+        "json.dumps = lambda *a, **k: 'patched'\n"
+        "builtins.leaked = 1\n"
+        "js.globalThis.leaked = 'js'\n"
+        "open('left.txt', 'w').write('x')\n"
+    )
+    assert first.success, first.error
+    second = await engine.execute(
+        "import json, js, builtins, os\n"
+        "[json.dumps([1]), hasattr(builtins, 'leaked'), 'secret' in globals(),\n"
+        " str(getattr(js.globalThis, 'leaked', None)), os.listdir('.')]\n"
+    )
+    assert second.success, second.error
+    assert second.return_value == ["[1]", False, False, "None", []]
+
+
+async def test_packages_that_need_pyodides_own_builds_are_refused_by_name_without_an_index(engine: CodeMode) -> None:
+    with pytest.raises(PackageError, match="numpy needs Pyodide's own build.*CODE_MODE_PYODIDE_INDEX_URL"):
+        await engine.execute("import numpy", packages=["numpy"])
+    with pytest.raises(PackageError, match="'left-pad-please' is not in the allowed packages"):
+        await engine.execute("1", packages=["left-pad-please"])
+
+
+async def test_pyodide_builds_load_from_the_configured_package_index(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    index.mkdir()
+    config = make_config({}, pyodide_index_url=str(index), workspace_dir=tmp_path / "runs")
+    async with CodeMode(config) as cm:
+        result = await cm.execute("import numpy", runner="pyodide", packages=["numpy"])
+    assert result.error is not None and result.error.type == "RunnerError"
+    # The worker looked for Pyodide's numpy wheel in the configured folder (and was allowed to).
+    assert f"{index}/numpy-" in result.error.message and "wasm32.whl" in result.error.message
+    assert "NotCapable" not in result.error.message
+
+
+async def test_an_allowed_pure_python_package_installs_from_its_wheel(engine: CodeMode) -> None:
+    result = await engine.execute(
+        "import tabulate\nprint(tabulate.tabulate([[1, 2]], headers=['a', 'b'], tablefmt='plain'))",
+        packages=["tabulate"],
+    )
+    assert result.success, result.error
+    assert result.output.split() == ["a", "b", "1", "2"]
+    without = await engine.execute("import tabulate")
+    assert without.error is not None and without.error.type == "ModuleNotFoundError"
+
+
+async def test_micropip_comes_from_its_wheel_in_every_interpreter(engine: CodeMode) -> None:
+    result = await engine.execute("import micropip\nmicropip.__version__")
+    assert result.success, result.error
+    assert isinstance(result.return_value, str) and result.return_value[:1].isdigit()
+
+
+async def test_the_snapshot_is_cached_on_disk_keyed_by_the_versions(engine: CodeMode) -> None:
+    runner = engine.runners["pyodide"]
+    assert isinstance(runner, PyodideRunner)
+    path = runner.setup.snapshot_path()
+    assert path.exists() and path.stat().st_size > 1_000_000
+    assert runner.setup.versions()["pyodide"] in path.name
+    assert runner.isolation == "wasm"
+    assert engine.status()["runners"]["pyodide"] == {"isolation": "wasm", "languages": ["python"]}
+
+
+async def test_closing_the_engine_while_interpreters_start_leaves_no_deno_process(tmp_path: Path) -> None:
+    config = make_config({}, workspace_dir=tmp_path / "runs", pyodide_pool_size=2)
+    async with CodeMode(config) as cm:
+        runner = cm.runners["pyodide"]
+        assert isinstance(runner, PyodideRunner)
+        with anyio.fail_after(60):
+            while runner.pool.spawned < 2:  # both interpreters are starting, neither is ready yet
+                await anyio.sleep(0.01)
+        starting = {pid for pid in child_pids(os.getpid()) if _workspace(pid).startswith(str(tmp_path / "runs"))}
+        assert starting
+    with anyio.fail_after(10):
+        while any(alive(pid) for pid in starting):
+            await anyio.sleep(0.05)
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def _workspace(pid: int) -> str:
+    """The working directory of a process (a worker's is its run workspace)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+async def test_a_host_without_pyodide_gets_a_clear_error_and_the_server_still_serves(tmp_path: Path) -> None:
+    config = make_config({}, pyodide_dir=tmp_path / "nowhere", workspace_dir=tmp_path / "runs")
+    async with CodeMode(config) as cm:
+        result = await cm.execute("print(1)", runner="pyodide")
+        assert result.error is not None and result.error.type == "RunnerError"
+        assert "Pyodide is not installed" in result.error.message and "nowhere" in result.error.message
+        assert (await cm.execute("print(1)")).output == "1\n"
+
+
+async def test_execute_code_over_mcp_runs_a_script_under_pyodide(shared_dirs: dict[str, Path]) -> None:
+    config = make_config(
+        {"fixture": fixture_entry(), "filesystem": filesystem_entry(shared_dirs["files"])},
+        workspace_dir=shared_dirs["runs"],
+        pyodide_pool_size=1,
+    )
+    (shared_dirs["files"] / "mcp.txt").write_text("over mcp", encoding="utf-8")
+    code = (
+        f"text = filesystem.read_text_file(path={str(shared_dirs['files'] / 'mcp.txt')!r})['content']\n"
+        "print(text.upper())\nfixture.add(a=2, b=3)['result']"
+    )
+    with anyio.fail_after(60):
+        async with Client(build_server(CodeMode(config)), mode="legacy") as client:
+            result = await client.call_tool(
+                "execute_code", {"language": "python", "code": code, "runner": "pyodide", "allowNetworking": False}
+            )
+    data = result.structured_content
+    assert data is not None
+    assert (data["success"], data["runner"], data["output"], data["returnValue"]) == (True, "pyodide", "OVER MCP\n", 5)
+    assert data["toolCalls"] == 2
