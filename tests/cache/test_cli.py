@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from mcp_code_mode.cache.store import ScriptStore
 from mcp_code_mode.cli import main
+from mcp_code_mode.packages.envs import COMPLETE
 
 from .helpers import new_script
 
@@ -56,13 +58,33 @@ def test_stats_prune_and_export(cache_dir: Path, capsys: pytest.CaptureFixture[s
     status, out, _ = run(capsys, "stats")
     stats = json.loads(out)
     assert status == 0 and stats["scripts"] == 2 and stats["path"] == str(cache_dir / "scripts.db")
+    assert stats["environments"]["count"] == 0
     status, out, _ = run(capsys, "prune", "--older-than", "30")
     assert status == 0 and "pruned 1 script(s)" in out
+    assert "pruned 0 package environment(s)" in out
     target = tmp_path / "export.jsonl"
     status, _, err = run(capsys, "export", "--output", str(target))
     lines = target.read_text(encoding="utf-8").splitlines()
     assert status == 0 and "exported 1 script(s)" in err
     assert [json.loads(line)["description"] for line in lines] == ["sum a column of a CSV file"]
+
+
+def test_prune_removes_package_environments_unused_for_that_long(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envs = cache_dir / "envs"
+    for name, age_days in (("old", 40), ("recent", 1)):
+        marker = envs / name / COMPLETE
+        marker.parent.mkdir(parents=True)
+        marker.write_text(json.dumps({"requirements": [f"{name}-pkg"]}), encoding="utf-8")
+        (envs / name / "module.py").write_text("x = 1\n", encoding="utf-8")
+        then = time.time() - age_days * 86400
+        os.utime(marker, (then, then))
+    status, out, _ = run(capsys, "stats")
+    assert json.loads(out)["environments"]["count"] == 2
+    status, out, _ = run(capsys, "prune", "--older-than", "30")
+    assert status == 0 and "pruned 1 package environment(s)" in out and "old-pkg" in out
+    assert not (envs / "old").exists() and (envs / "recent" / "module.py").exists()
 
 
 def test_help_names_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:

@@ -128,6 +128,34 @@ async def test_validate_code_over_mcp_reports_findings(client: Client) -> None:
     assert [(f["line"], f["kind"]) for f in answer["findings"]] == [(1, "arguments"), (2, "unknown-tool")]
 
 
+async def test_validate_code_checks_imports_for_the_runner_and_packages_it_will_use(client: Client) -> None:
+    code = "import os\nimport requests\n"
+    local = await call(client, "validate_code", language="python", code=code)
+    assert [f["line"] for f in local["findings"] if f["kind"] == "import"] == [1, 2]
+    with_package = await call(client, "validate_code", language="python", code=code, packages=["requests"])
+    assert [f["line"] for f in with_package["findings"] if f["kind"] == "import"] == [1]
+    cpython = await call(client, "validate_code", language="python", code=code, runner="cpython")
+    assert [f for f in cpython["findings"] if f["kind"] == "import"] == []
+
+
+async def test_validate_code_type_checks_typescript_and_javascript_against_the_declarations(client: Client) -> None:
+    ts = (
+        "interface Row { n: number }\n"
+        "const r = await fixture.add({ a: 1, b: 'two' });\n"
+        "const row: Row = { n: r.result };\n"
+        "await fixture.no_such_tool({});\n"
+    )
+    answer = await call(client, "validate_code", language="typescript", code=ts)
+    assert answer["supported"] is True and answer["valid"] is False
+    assert [(f["line"], f["message"][:6]) for f in answer["findings"]] == [(2, "TS2322"), (4, "TS2339")]
+    js = await call(client, "validate_code", language="js", code="await fixture.add({ a: 1 });\n")
+    assert [(f["line"], f["message"][:6]) for f in js["findings"]] == [(1, "TS2345")]
+    fine = await call(
+        client, "validate_code", language="ts", code="console.log((await fixture.add({ a: 1, b: 2 })).result);"
+    )
+    assert fine["valid"] is True and fine["findings"] == []
+
+
 async def test_the_cache_tools_find_list_show_and_count_scripts(client: Client, tmp_path: Path) -> None:
     code = "rows = [line.split(',') for line in 'a,1\\nb,2'.splitlines()]\nsum(int(r[1]) for r in rows)"
     run = await call(client, "execute_code", language="python", code=code, description="parse CSV and sum a column")

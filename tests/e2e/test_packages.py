@@ -128,3 +128,11 @@ async def test_list_allowed_packages_returns_the_whitelist(client: Client) -> No
     everything = await client.call_tool("list_allowed_packages", {"language": "all"})
     assert everything.structured_content is not None
     assert {"name": "axios", "default": "axios@1"} in everything.structured_content["javascript"]
+
+
+async def test_get_cache_stats_counts_the_package_environments(client: Client) -> None:
+    await run(client, "import six", packages=["six"], runner="cpython")
+    result = await client.call_tool("get_cache_stats", {})
+    assert result.structured_content is not None
+    environments = result.structured_content["environments"]
+    assert environments["count"] >= 1 and environments["bytes"] > 0

@@ -17,7 +17,6 @@ Modes of ``execute_code``'s ``cache`` parameter:
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -42,12 +41,6 @@ CurrentSchema = Callable[[str, str], str | None]
 ONE_DAY = 86_400.0
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/mcp-code-mode``, else ``~/.cache/mcp-code-mode``."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "mcp-code-mode"
-
-
 def check_mode(mode: str) -> CacheMode:
     if mode not in CACHE_MODES:
         raise UnsupportedError(f"cache must be one of {', '.join(CACHE_MODES)}, got {mode!r}")
@@ -59,14 +52,14 @@ class ScriptCache:
 
     def __init__(
         self,
-        directory: Path | None,
+        directory: Path,
         *,
         ttl: float,
         embedder: Embedder | None,
         current_schema: CurrentSchema | None,
     ) -> None:
         """``current_schema`` is None where no servers are connected (the CLI): nothing is known to be stale."""
-        self.directory = directory or default_cache_dir()
+        self.directory = directory
         self.ttl = ttl
         self.current_schema = current_schema
         self.store: ScriptStore | None = None
@@ -162,7 +155,7 @@ class ScriptCache:
             return {"path": str(self.path), "enabled": False, "problems": list(self.problems)}
         stats = self.store.stats()
         stats["problems"] = list(dict.fromkeys([*self.problems, *stats["problems"]]))
-        return {"enabled": True, **stats, "ttlSeconds": self.ttl, "environments": None}
+        return {"enabled": True, **stats, "ttlSeconds": self.ttl}
 
     def prune(self, older_than: float) -> int:
         return self._require().prune(older_than)
@@ -185,7 +178,6 @@ __all__ = [
     "ToolUse",
     "check_mode",
     "code_key",
-    "default_cache_dir",
     "derive_description",
     "full_key",
     "make_embedder",

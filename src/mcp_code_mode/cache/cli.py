@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import Settings
+from ..packages import PythonEnvironments
 from . import ONE_DAY, ScriptCache
 from .embed import make_embedder
 
@@ -65,19 +66,23 @@ def run_cache_command(settings: Settings, args: argparse.Namespace, out: TextIO 
     stream: TextIO = out if out is not None else sys.stdout
     # search needs the embedder; the other commands never load it
     embedder = make_embedder(settings.cache_embedder) if args.cache_command == "search" else None
-    cache = ScriptCache(settings.cache_dir, ttl=settings.cache_ttl, embedder=embedder, current_schema=None)
+    cache = ScriptCache(settings.cache_root(), ttl=settings.cache_ttl, embedder=embedder, current_schema=None)
     cache.open()
     try:
         for problem in cache.problems:
             print(f"mcp-code-mode: {problem}", file=sys.stderr)
         if cache.store is None:
             return 1
-        return _dispatch(cache, args, stream)
+        return _dispatch(cache, environments(settings), args, stream)
     finally:
         cache.close()
 
 
-def _dispatch(cache: ScriptCache, args: argparse.Namespace, out: TextIO) -> int:
+def environments(settings: Settings) -> PythonEnvironments:
+    return PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
+
+
+def _dispatch(cache: ScriptCache, envs: PythonEnvironments, args: argparse.Namespace, out: TextIO) -> int:
     command = args.cache_command
     if command == "search":
         results = cache.search(args.query, args.language, args.limit)
@@ -127,12 +132,15 @@ def _dispatch(cache: ScriptCache, args: argparse.Namespace, out: TextIO) -> int:
             _dump(script.return_value, out)
         return 0
     if command == "stats":
-        _dump(cache.stats(), out)
+        _dump({**cache.stats(), "environments": envs.stats()}, out)
         return 0
     if command == "prune":
         removed = cache.prune(args.older_than * ONE_DAY)
         print(f"pruned {removed} script(s) not used for {args.older_than:g} days", file=out)
-        print("package environments: none cached (not supported yet)", file=out)
+        gone = envs.prune(args.older_than * ONE_DAY)
+        print(f"pruned {len(gone)} package environment(s) not used for {args.older_than:g} days", file=out)
+        for line in gone:
+            print(f"  {line}", file=out)
         return 0
     assert command == "export"
     target = args.output.open("w", encoding="utf-8") if args.output else out

@@ -16,10 +16,12 @@ timeout kills the process group. The cache (``DENO_DIR``) is ``Settings.deno_dir
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,14 +63,23 @@ _REGISTRY_ENV = (
 )
 
 
-def deno_binary() -> str:
-    """The ``deno`` executable installed by the PyPI package ``deno``."""
-    from deno import find_deno_bin
+def find_deno() -> str | None:
+    """The Deno executable: the PyPI ``deno`` package's, else one on PATH, else None."""
+    with contextlib.suppress(ImportError, OSError, RuntimeError):
+        from deno import find_deno_bin
 
-    try:
-        return find_deno_bin()
-    except FileNotFoundError as exc:
-        raise RunnerError(f"the deno executable is missing ({exc}): reinstall the 'deno' package") from exc
+        path = find_deno_bin()
+        if path and Path(path).exists():
+            return str(path)
+    return shutil.which("deno")
+
+
+def deno_binary() -> str:
+    """``find_deno()``, or ``RunnerError`` saying how to install it."""
+    path = find_deno()
+    if path is None:
+        raise RunnerError("the deno executable is missing: install the 'deno' package (pip install deno)")
+    return path
 
 
 def default_deno_dir(settings: Settings) -> Path:
@@ -159,10 +170,12 @@ class DenoRunner(ProcessRunner):
                 return RunOutcome(success=False, error=ErrorInfo("PackageError", problem))
         return await super().run(request, dispatcher)
 
-    async def check(self, code: str, declarations: str, packages: Iterable[str] = ()) -> list[Finding]:
-        """Type errors of a TypeScript script against the tool declarations (see ``validate_ts``).
+    async def check(
+        self, code: str, declarations: str, packages: Iterable[str] = (), *, javascript: bool = False
+    ) -> list[Finding]:
+        """Type errors of a script against the tool declarations (see ``validate_ts``).
 
-        The npm packages it names are allow-listed (``UnsupportedError``) and cached first, as for a run.
+        The npm packages it names are allow-listed (``PackageError``) and cached first, as for a run.
         """
         plan = npm.plan(code, packages, self._check)
         if plan.cache:
@@ -170,7 +183,12 @@ class DenoRunner(ProcessRunner):
             if problem is not None:
                 return [Finding(None, None, problem)]
         return await check_typescript(
-            code, declarations, deno=self.deno, deno_dir=self.deno_dir, whitelist=self.whitelist
+            code,
+            declarations,
+            deno=self.deno,
+            deno_dir=self.deno_dir,
+            whitelist=self.whitelist,
+            javascript=javascript,
         )
 
     async def _died(self, worker: Worker, status: str | None) -> RunOutcome:

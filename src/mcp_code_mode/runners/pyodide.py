@@ -20,7 +20,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from .base import ErrorInfo, RunOutcome, RunRequest
+from .deno import find_deno
 from .process import WORKER_START_TIMEOUT, ProcessRunner, plain_launcher
 from .pyodide_packages import PyodidePackages
 
@@ -45,17 +45,6 @@ WORKER_SCRIPT = HERE / "pyodide_worker.js"
 PRELUDE = HERE / "pyodide_prelude.py"
 SNAPSHOT_TIMEOUT = 300.0
 _PROJECT_ROOT = HERE.parents[2]
-
-
-def find_deno() -> str | None:
-    """The Deno executable: the PyPI ``deno`` package's, else one on PATH."""
-    with contextlib.suppress(ImportError, OSError, RuntimeError):
-        from deno import find_deno_bin
-
-        path = find_deno_bin()
-        if path and Path(path).exists():
-            return str(path)
-    return shutil.which("deno")
 
 
 def default_cache_dir(settings: Settings) -> Path:
