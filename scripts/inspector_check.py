@@ -53,9 +53,8 @@ class Inspector:
     def call(self, tool: str, *, failing: bool = False, **arguments: str) -> dict[str, Any]:
         """Call a tool; the Inspector exits 5 when the result has ``isError``, which ``failing`` expects."""
         pairs = [f"{key}={value}" for key, value in arguments.items()]
-        code, data, err = self.run(
-            "--method", "tools/call", "--tool-name", tool, "--tool-arg", *pairs, token=self.token
-        )
+        args = ["--tool-arg", *pairs] if pairs else []  # a bare --tool-arg would swallow the next options
+        code, data, err = self.run("--method", "tools/call", "--tool-name", tool, *args, token=self.token)
         expected = TOOL_ERROR_EXIT if failing else 0
         expect(code == expected and isinstance(data, dict), f"tools/call {tool}: exit {code}: {data or err}")
         return data  # pyright: ignore[reportReturnType]
@@ -108,9 +107,72 @@ def check_get_tool_stubs(inspector: Inspector, _: Path) -> None:
     compile(stubs, "stubs", "exec")
 
 
+def structured(result: dict[str, Any]) -> Any:
+    data = result.get("structuredContent")
+    return data.get("result", data) if isinstance(data, dict) and set(data) == {"result"} else data
+
+
+def check_get_execution_limits(inspector: Inspector, _: Path) -> None:
+    limits = structured(inspector.call("get_execution_limits"))
+    expect(limits["timeoutMs"] == {"default": 30000, "max": 300000}, f"unexpected timeouts {limits.get('timeoutMs')}")
+    expect(limits["isolation"]["isolation"] in ("namespaces", "process"), f"unexpected isolation {limits['isolation']}")
+    states = {s["name"]: s["state"] for s in limits["servers"]}
+    expect(states == {"filesystem": "ready", "memory": "ready"}, f"unexpected server states {states}")
+
+
+def check_list_supported_languages(inspector: Inspector, _: Path) -> None:
+    languages = {entry["language"]: entry for entry in structured(inspector.call("list_supported_languages"))}
+    expect(set(languages) == {"python", "javascript", "typescript"}, f"unexpected languages {sorted(languages)}")
+    runners = {r["name"] for r in languages["python"]["runners"]}
+    expect({"local", "cpython", "pyodide"} <= runners, f"unexpected Python runners {runners}")
+
+
+def check_list_allowed_packages(inspector: Inspector, _: Path) -> None:
+    listing = structured(inspector.call("list_allowed_packages", language="python"))
+    names = {p["name"] for p in listing["python"]}
+    expect({"requests", "numpy"} <= names and "javascript" not in listing, f"unexpected whitelist {listing}")
+
+
+def check_search_tools(inspector: Inspector, _: Path) -> None:
+    found = text_of(inspector.call("search_tools", query="read the contents of a text file", detail="name"))
+    expect("filesystem.read_text_file" in found, f"read_text_file not found: {found[:500]}")
+
+
+def check_validate_code(inspector: Inspector, _: Path) -> None:
+    answer = structured(
+        inspector.call("validate_code", language="python", code="import os\nfilesystem.read_text_file()")
+    )
+    kinds = [(f["line"], f["kind"]) for f in answer["findings"]]
+    expect(answer["valid"] is False and kinds == [(1, "import"), (2, "arguments")], f"unexpected findings {kinds}")
+
+
+def check_cache_tools(inspector: Inspector, _: Path) -> None:
+    code = "rows = [int(x) for x in '3,4,5'.split(',')]\nsum(rows)"
+    first = structured(
+        inspector.call("execute_code", language="python", code=code, description="sum a list of numbers")
+    )
+    found = structured(inspector.call("search_cached_scripts", query="add up numbers"))
+    expect(found["scripts"] and found["scripts"][0]["hash"] == first["hash"], f"search missed the script: {found}")
+    listed = structured(inspector.call("list_cached_scripts"))
+    expect(first["hash"] in [s["hash"] for s in listed["scripts"]], "list_cached_scripts misses the script")
+    shown = structured(inspector.call("get_cached_script", hash=first["hash"]))
+    expect(shown["code"] == code and shown["returnValue"] == 12, f"get_cached_script: {shown}")
+    stats = structured(inspector.call("get_cache_stats"))
+    expect(stats["scripts"] >= 1 and "environments" in stats, f"get_cache_stats: {stats}")
+
+
 CHECKS: dict[str, Callable[[Inspector, Path], None]] = {
     "execute_code": check_execute_code,
     "get_tool_stubs": check_get_tool_stubs,
+    "get_execution_limits": check_get_execution_limits,
+    "list_supported_languages": check_list_supported_languages,
+    "list_allowed_packages": check_list_allowed_packages,
+    "search_tools": check_search_tools,
+    "validate_code": check_validate_code,
+    "search_cached_scripts": check_cache_tools,
+    "list_cached_scripts": lambda inspector, files: None,  # checked with search_cached_scripts
+    "get_cached_script": lambda inspector, files: None,  # checked with search_cached_scripts
+    "get_cache_stats": lambda inspector, files: None,  # checked with search_cached_scripts
 }
 
 
@@ -187,7 +249,10 @@ def main() -> int:
         }
         config.write_text(json.dumps({"servers": servers}), encoding="utf-8")
         token = secrets.token_urlsafe(24)
-        server_env = {k: v for k, v in env.items() if not k.startswith("CODE_MODE_")} | {"CODE_MODE_AUTH_TOKEN": token}
+        server_env = {k: v for k, v in env.items() if not k.startswith("CODE_MODE_")} | {
+            "CODE_MODE_AUTH_TOKEN": token,
+            "CODE_MODE_CACHE_DIR": str(folder / "cache"),
+        }
         stdio_target = [str(node_tools.VENV_BIN / "mcp-code-mode"), "serve", "--config", str(config)]
         with node_tools.running_server(config, folder / "server.log", env=server_env) as (url, _):
             failures = run_checks(Inspector(env, url, token), files, stdio_target)
