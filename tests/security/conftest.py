@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from mcp_code_mode.config import CodeModeConfig
 from mcp_code_mode.engine import CodeMode, RunResult
 
 from ..conftest import fixture_entry
+from ..fixtures.loopback import Listener
 
 
 @dataclass
@@ -35,32 +34,6 @@ class Planted:
 
     def all(self) -> list[str]:
         return [self.host_env, self.dotenv, self.server_env, self.file]
-
-
-class Listener:
-    """A TCP listener on loopback that counts every connection it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ import pytest
 
 from mcp_code_mode.engine import CodeMode
 
-from .conftest import Listener, Planted, assert_nothing_leaked
+from ..fixtures.loopback import Listener
+from .conftest import Planted, assert_nothing_leaked
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,35 +20,12 @@ from mcp_code_mode.engine import CodeMode, RunResult
 from mcp_code_mode.runners.pyodide import PyodideRunner
 
 from ..conftest import alive, fixture_entry, make_config
+from ..fixtures.loopback import Listener
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "cm-secret-" + secrets.token_hex(8)
 ENV_NAME = "CODE_MODE_TEST_ESCAPE_SECRET"
-
-
-class Listener:
-    """A loopback TCP listener that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.sock.getsockname()[1]
-        self.connections = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        self.thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from anyio.abc import TaskGroup
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from ..config import ConfigError, ResolvedServer, ServerConfig, resolve_server
-from ..errors import DownstreamError, ServerUnavailable
+from ..config import ResolvedServer, ServerConfig, resolve_server
+from ..errors import ConfigError, DownstreamError, ServerUnavailable
 from .env import child_environment
 
 logger = logging.getLogger(__name__)

@@ -37,7 +37,8 @@ from ..sandbox import Profile, Sandbox
 from ..validate_ts import Finding, check_typescript
 from . import npm
 from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
-from .process import ProcessRunner, Worker, plain_launcher
+from .pool import Worker
+from .process import ProcessRunner, plain_launcher
 
 logger = logging.getLogger(__name__)
 

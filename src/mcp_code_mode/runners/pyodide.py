@@ -35,7 +35,8 @@ from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from .base import ErrorInfo, RunOutcome, RunRequest
 from .deno import find_deno
-from .process import WORKER_START_TIMEOUT, ProcessRunner, plain_launcher
+from .pool import WORKER_START_TIMEOUT
+from .process import ProcessRunner, plain_launcher
 from .pyodide_packages import PyodidePackages
 
 logger = logging.getLogger(__name__)

@@ -13,9 +13,12 @@ from typing import Any
 from ..config import Settings
 from .core import SANDBOX_WORKSPACE, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
 
+WORKER_DIR = Path(__file__).resolve().parent.parent / "runners" / "sandboxed"
+"""The worker program's folder on the host."""
 SANDBOX_LIB = "/sandbox/lib"
 """Where the runner's own packages (smolagents and what it imports) appear inside the sandbox."""
-SANDBOX_WORKER = "/sandbox/worker.py"
+SANDBOX_WORKER_DIR = "/sandbox/worker"
+"""Where the worker program's folder (``runners/sandboxed``) appears inside the sandbox."""
 SANDBOX_ENV = "/sandbox/env"
 """Where a run's package environment appears inside the sandbox."""
 
@@ -121,7 +124,8 @@ class BwrapSandbox(Sandbox):
         super().release(spec)
 
     def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
-        worker = worker or str(Path(__file__).resolve().parent.parent / "runners" / "worker.py")
+        worker = worker or str(WORKER_DIR / "worker.py")
+        program = f"{SANDBOX_WORKER_DIR}/{Path(worker).name}"
         size = self.limits.workspace_mb * 1024 * 1024
         argv = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         argv += ["--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -137,10 +141,10 @@ class BwrapSandbox(Sandbox):
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", SANDBOX_WORKSPACE]
         argv += self._system_binds(profile)
         argv += self._python_binds()
-        argv += ["--ro-bind", worker, SANDBOX_WORKER]
+        argv += ["--ro-bind", str(Path(worker).parent), SANDBOX_WORKER_DIR]
         if profile.environment:
             argv += ["--ro-bind", profile.environment, SANDBOX_ENV]
-        argv += ["--chdir", SANDBOX_WORKSPACE, "--", str(self.python), "-I", "-S", SANDBOX_WORKER, *command]
+        argv += ["--chdir", SANDBOX_WORKSPACE, "--", str(self.python), "-I", "-S", program, *command]
         argv += ["--workspace", SANDBOX_WORKSPACE, "--sys-path", SANDBOX_LIB, "--pidns"]
         argv += profile.worker_arguments(SANDBOX_ENV if profile.environment else None)
         if self.as_root:

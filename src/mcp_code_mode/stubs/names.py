@@ -74,3 +74,12 @@ def pascal(name: str) -> str:
     parts = [p for p in re.split(r"[^0-9A-Za-z]+", name) if p]
     out = "".join(p[:1].upper() + p[1:] for p in parts) or "T"
     return "_" + out if out[0].isdigit() else out
+
+
+def singular(hint: str) -> str:
+    """``entities`` → ``entity``, ``points`` → ``point``: the name of an array's item type."""
+    if hint.endswith("ies"):
+        return hint[:-3] + "y"
+    if hint.endswith("s") and not hint.endswith("ss"):
+        return hint[:-1]
+    return hint + "_item"

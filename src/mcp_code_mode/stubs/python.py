@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .index import NO_DEFAULT, ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import pascal
+from .names import pascal, singular
 
 HEADER = '''\
 """Tool stubs of mcp-code-mode. In the sandbox they are already defined: call them, do not import them.
@@ -76,7 +76,7 @@ class _Types:
             return _PRIMITIVES[kind]
         if kind == "array":
             items = schema.get("items")
-            inner = self.render(items, _singular(hint), depth + 1) if isinstance(items, Mapping) else "Any"
+            inner = self.render(items, singular(hint), depth + 1) if isinstance(items, Mapping) else "Any"
             return f"list[{inner}]"
         if kind == "object":
             props = schema.get("properties")
@@ -144,14 +144,6 @@ def _union(parts: Iterable[str]) -> str:
     if "None" in seen:
         seen = [p for p in seen if p != "None"] + ["None"]
     return " | ".join(seen) or "Any"
-
-
-def _singular(hint: str) -> str:
-    if hint.endswith("ies"):
-        return hint[:-3] + "y"
-    if hint.endswith("s") and not hint.endswith("ss"):
-        return hint[:-1]
-    return hint + "_item"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .index import ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import pascal
+from .names import pascal, singular
 
 HEADER = """\
 /**
@@ -119,7 +119,7 @@ class _Types:
             return _PRIMITIVES[kind]
         if kind == "array":
             items = schema.get("items")
-            inner = self.render(items, _singular(hint), depth + 1) if isinstance(items, Mapping) else "any"
+            inner = self.render(items, singular(hint), depth + 1) if isinstance(items, Mapping) else "any"
             return f"{_group(inner)}[]"
         if kind == "object":
             props = schema.get("properties")
@@ -186,14 +186,6 @@ def _union(parts: Iterable[str]) -> str:
     if "null" in seen:
         seen = [p for p in seen if p != "null"] + ["null"]
     return " | ".join(seen) or "any"
-
-
-def _singular(hint: str) -> str:
-    if hint.endswith("ies"):
-        return hint[:-3] + "y"
-    if hint.endswith("s") and not hint.endswith("ss"):
-        return hint[:-1]
-    return hint + "_item"
 
 
 @dataclass(frozen=True)

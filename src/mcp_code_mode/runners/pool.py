@@ -1,0 +1,326 @@
+"""Warm pools of worker processes: each ``Worker`` is one process speaking the bridge protocol.
+
+``WorkerPool`` keeps ``size`` workers of one profile in existence (idle, busy or starting), hands one
+out per run, takes it back after a clean run (a zygote says ``ready`` again) or kills and replaces
+it, and never loses track of a process: closing the pool kills every worker it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import Process, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ..bridge import MAX_MESSAGE_BYTES, encode
+from ..errors import RunnerError
+from ..sandbox import Profile, SandboxSpec
+from .base import StubBundle
+
+logger = logging.getLogger(__name__)
+
+WORKER_START_TIMEOUT = 60.0
+_STDERR_LINES = 40
+
+Launcher = Callable[[Profile], SandboxSpec]
+"""Makes the argv, environment and workspace of one new worker for a profile."""
+
+
+@dataclass
+class Worker:
+    process: Process
+    stream: BufferedByteReceiveStream
+    spec: SandboxSpec
+    release: Callable[[SandboxSpec], None]
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_LINES))
+    stubs_version: int | None = None
+    child_pid: int | None = None
+    """The running child's pid as the host sees it (unknown inside a pid namespace)."""
+    killed: bool = False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(encode(message))
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None when the worker closed its end (exited)."""
+        try:
+            line = await self.stream.receive_until(b"\n", MAX_MESSAGE_BYTES)
+        except anyio.DelimiterNotFound:
+            raise RunnerError(
+                f"the worker sent a message over {MAX_MESSAGE_BYTES} bytes (flooding the bridge)"
+            ) from None
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return None
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            raise RunnerError(f"the worker sent a malformed message: {exc}") from None
+        if not isinstance(message, dict):
+            raise RunnerError("the worker sent a malformed message")
+        return message  # pyright: ignore[reportUnknownVariableType]
+
+    async def kill(self) -> None:
+        """Kill the worker, its child and their process groups, and release its sandbox (once)."""
+        if self.killed:
+            return
+        self.killed = True
+        pgids = [self.process.pid] + ([self.child_pid] if self.child_pid and self.spec.host_pids else [])
+        for pgid in pgids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        if self.process.returncode is None:
+            # os.kill, not process.kill(): Popen.send_signal() polls first, which can reap the child
+            # before asyncio's child watcher does (it then logs "Unknown child process").
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+        with anyio.CancelScope(shield=True):  # runs to the end even when the caller is being cancelled
+            with anyio.move_on_after(5):
+                await self.process.wait()
+            await self.process.aclose()
+        self.release(self.spec)
+
+    def stderr_tail(self) -> str:
+        return "".join(self.stderr).strip()
+
+
+class WorkerPool:
+    """Idle workers of one profile, ready for a run.
+
+    ``size`` workers are kept in existence (idle, busy or starting); a run that finds none idle
+    starts one on the spot. After a clean run a zygote comes back; up to ``max_idle`` are kept.
+    """
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        *,
+        size: int,
+        label: str,
+        profile: Profile | None = None,
+        release: Callable[[SandboxSpec], None] | None = None,
+        max_idle: int = 8,
+    ) -> None:
+        self._launcher = launcher
+        self._profile = profile or Profile()
+        self._release = release or SandboxSpec.cleanup
+        self._size = size
+        self._max_idle = max(size, max_idle)
+        self._label = label
+        self._ready: deque[Worker] = deque()
+        self._busy = 0
+        self._starting = 0
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self._stubs: StubBundle | None = None
+        self._live: set[Worker] = set()
+        self._arrived = anyio.Event()
+        self._waiters = 0
+        self.spawned = 0
+        self.spawn_delay = 0.0
+        """Seconds a background start waits first, so that the answer of the run that freed the slot goes out
+        before the next worker is forked (for pools whose workers serve one run each)."""
+
+    async def start(self, tg: TaskGroup) -> None:
+        self._tg = tg
+        self._refill()
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        """Stubs that newly started workers load before they are handed out."""
+        self._stubs = stubs
+
+    def _refill(self) -> None:
+        if self._tg is None or self._closed:
+            return
+        while len(self._ready) + self._busy + self._starting < self._size:
+            self._starting += 1
+            self._tg.start_soon(self._spawn_into_pool)
+
+    async def _spawn_into_pool(self) -> None:
+        try:
+            if self.spawn_delay > 0:
+                await anyio.sleep(self.spawn_delay)
+            worker = await self.spawn()
+        except RunnerError as exc:
+            if not self._closed:
+                logger.error("%s: could not start a warm worker: %s", self._label, exc)
+            return
+        finally:
+            self._starting -= 1
+            self._notify()
+        if self._closed:
+            await worker.kill()
+            return
+        self._push(worker)
+
+    def _push(self, worker: Worker) -> None:
+        self._ready.append(worker)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake acquirers waiting for a worker: one arrived, or one they counted on will not."""
+        self._arrived.set()
+        self._arrived = anyio.Event()
+
+    async def changed(self) -> None:
+        """Wait until a worker became ready or a start ended."""
+        await self._arrived.wait()
+
+    def resize(self, size: int) -> None:
+        """Keep ``size`` workers from now on (starting more at once when it grew)."""
+        self._size = size
+        self._max_idle = max(self._max_idle, size)
+        self._refill()
+
+    @property
+    def starting(self) -> int:
+        return self._starting
+
+    async def spawn(self) -> Worker:
+        """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
+        spec = self._launcher(self._profile)
+        process: Process | None = None
+        try:
+            with anyio.CancelScope(shield=True):  # a process started here is always tracked, never lost
+                process = await anyio.open_process(
+                    spec.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=spec.cwd,
+                    env=spec.env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            self._release(spec)
+            raise RunnerError(f"cannot start the worker ({spec.argv[0]}): {exc}") from exc
+        assert process is not None and process.stdout is not None
+        worker = Worker(process, BufferedByteReceiveStream(process.stdout), spec, self._forget)
+        self._live.add(worker)
+        if self._tg is not None:
+            self._tg.start_soon(self._drain_stderr, worker)
+        self.spawned += 1
+        try:
+            with anyio.fail_after(WORKER_START_TIMEOUT):
+                hello = await worker.receive()
+                if hello is not None and hello.get("op") == "ready" and self._stubs is not None:
+                    stubs = self._stubs
+                    await worker.send({"op": "prepare", "stubs": stubs.source, "version": stubs.version})
+                    worker.stubs_version = stubs.version
+        except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            hello = None
+        except BaseException:  # cancelled while starting (the runner is closing): leave nothing behind
+            with anyio.CancelScope(shield=True):
+                await worker.kill()
+            raise
+        if hello is None or hello.get("op") != "ready":
+            with anyio.move_on_after(1):
+                await worker.process.wait()
+            await worker.kill()
+            raise RunnerError(f"the worker did not start: {worker.stderr_tail() or 'no output'}")
+        return worker
+
+    async def _drain_stderr(self, worker: Worker) -> None:
+        stderr = worker.process.stderr
+        if stderr is None:
+            return
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            async for chunk in stderr:
+                worker.stderr.append(chunk.decode("utf-8", "replace"))
+
+    async def acquire(self) -> Worker:
+        """An idle worker; else one that is about to be (back from a run, or starting); else a new one."""
+        self._busy += 1
+        try:
+            while True:
+                while self._ready:
+                    worker = self._ready.popleft()
+                    if worker.process.returncode is None:
+                        return worker
+                    await worker.kill()
+                if self._starting <= self._waiters:
+                    return await self.spawn()
+                arrived = self._arrived
+                self._waiters += 1
+                try:
+                    with anyio.move_on_after(WORKER_START_TIMEOUT):
+                        await arrived.wait()
+                finally:
+                    self._waiters -= 1
+        except BaseException:
+            self._busy -= 1
+            raise
+        finally:
+            self._refill()
+
+    def release(self, worker: Worker, *, clean: bool) -> None:
+        """Give a worker back after its run: kept when the run ended cleanly, else killed and replaced."""
+        self._busy -= 1
+        if self._tg is None or self._closed or not clean:
+            self._discard(worker)
+            return
+        self._starting += 1  # counted as starting until it says ready again
+        self._tg.start_soon(self._await_ready, worker)
+
+    async def _await_ready(self, worker: Worker) -> None:
+        try:
+            with anyio.move_on_after(10):
+                while (message := await worker.receive()) is not None:
+                    if message.get("op") != "ready":
+                        continue  # e.g. the zygote's report of how the child exited
+                    if not self._closed and len(self._ready) < self._max_idle:
+                        worker.child_pid = None
+                        self._push(worker)
+                        return
+                    break
+        except RunnerError:
+            pass
+        except BaseException:  # cancelled (the runner is closing): the worker goes too
+            await worker.kill()
+            raise
+        finally:
+            self._starting -= 1
+        self._notify()
+        await worker.kill()
+        self._refill()
+
+    def _forget(self, spec: SandboxSpec) -> None:
+        self._live = {w for w in self._live if w.spec is not spec}
+        self._release(spec)
+
+    def _discard(self, worker: Worker) -> None:
+        if self._tg is not None:
+            self._tg.start_soon(worker.kill)
+            self._refill()
+
+    async def aclose(self) -> None:
+        """Kill every worker of this pool: idle, busy, starting or on its way back."""
+        self._closed = True
+        self._ready.clear()
+        with anyio.CancelScope(shield=True):
+            for worker in list(self._live):
+                await worker.kill()
+
+    @property
+    def warm(self) -> int:
+        return len(self._ready)
+
+    @property
+    def idle_workers(self) -> list[Worker]:
+        return list(self._ready)

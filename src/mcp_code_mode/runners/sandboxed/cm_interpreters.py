@@ -1,0 +1,178 @@
+"""The two Python runners inside the sandbox: smolagents' AST interpreter (``local``) and plain CPython.
+
+Part of the program that runs inside the sandbox (see ``worker.py``): standard library only, plus
+smolagents' interpreter for ``local``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import sys
+import traceback
+from typing import Any
+
+from cm_protocol import FinalAnswer, Output, ToolError, error_info, syntax_error
+
+
+def confined_open(workspace: str) -> Any:
+    real_open = builtins.open
+
+    def open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(file, str | os.PathLike):
+            raise TypeError("open() takes a path in the workspace")
+        path = os.path.realpath(os.path.join(workspace, os.fspath(file)))
+        if path != workspace and not path.startswith(workspace + os.sep):
+            raise PermissionError(f"{file}: only files inside the run's workspace can be opened")
+        return real_open(path, mode, *args, **kwargs)
+
+    return open
+
+
+def import_interpreter() -> None:
+    """Import smolagents' interpreter without smolagents/__init__ (which pulls in the agent stack: ~1 s)."""
+    import importlib.util
+    import types
+
+    if "smolagents" not in sys.modules:
+        spec = importlib.util.find_spec("smolagents")
+        if spec is not None and spec.submodule_search_locations:
+            package = types.ModuleType("smolagents")
+            package.__path__ = list(spec.submodule_search_locations)
+            sys.modules["smolagents"] = package
+            tools = types.ModuleType("smolagents.tools")
+            tools.Tool = object  # type: ignore[attr-defined]  # only used in a type annotation there
+            sys.modules["smolagents.tools"] = tools
+    importlib.import_module("smolagents.local_python_executor")
+
+
+def patch_line_tracking() -> None:
+    """Make every exception remember the innermost AST node (the user's line) it passed through."""
+    from smolagents import local_python_executor as lpe
+
+    original = lpe.evaluate_ast
+
+    def evaluate_ast(expression: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(expression, *args, **kwargs)
+        except BaseException as exc:
+            if getattr(exc, "_cm_line", None) is None and getattr(expression, "lineno", None) is not None:
+                try:
+                    exc._cm_line = expression.lineno  # type: ignore[attr-defined]
+                except AttributeError:
+                    pass
+            raise
+
+    lpe.evaluate_ast = evaluate_ast
+
+    # smolagents copies a module's attributes (recursively) on every import, which takes over a second
+    # for numpy or pandas. The copy depends only on the module, so make it once, in the zygote.
+    copy_module = lpe.get_safe_module
+    copies: dict[int, Any] = {}
+
+    def get_safe_module(raw_module: Any, authorized_imports: Any, visited: Any = None) -> Any:
+        if visited is not None:
+            return copy_module(raw_module, authorized_imports, visited)
+        key = id(raw_module)
+        if key not in copies:
+            copies[key] = copy_module(raw_module, authorized_imports)
+        return copies[key]
+
+    lpe.get_safe_module = get_safe_module
+
+
+def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, imports: list[str]) -> dict[str, Any]:
+    from smolagents import local_python_executor as lpe
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return {"success": False, "error": syntax_error(exc)}
+
+    def final_answer(value: Any = None) -> Any:
+        raise FinalAnswer(value)
+
+    static_tools = {
+        **lpe.BASE_PYTHON_TOOLS,
+        "open": confined_open(workspace),
+        "final_answer": final_answer,
+        "ToolError": ToolError,
+        **tools,
+    }
+    state: dict[str, Any] = {"__name__": "__main__", "_print_outputs": output, "_operations_count": {"counter": 0}}
+    custom_tools: dict[str, Any] = {}  # functions and classes the script defines
+    value: Any = None
+    try:
+        for node in tree.body:
+            value = lpe.evaluate_ast(node, state, static_tools, custom_tools, imports)
+        returned = value if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        return {"success": True, "value": returned}
+    except FinalAnswer as answer:
+        return {"success": True, "value": answer.value}
+    except Exception as exc:  # the script's own error: reported, not raised
+        line = getattr(exc, "_cm_line", None)
+        source = code.splitlines()[line - 1].strip() if line and line <= len(code.splitlines()) else None
+        return {"success": False, "error": error_info(exc, line, f"line {line}: {source}" if source else None)}
+
+
+def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, Any]:
+    import asyncio
+    import inspect
+
+    try:
+        tree = ast.parse(code, "<script>")
+    except SyntaxError as exc:
+        return {"success": False, "error": syntax_error(exc)}
+    last: ast.Expression | None = None
+    if tree.body and isinstance(final := tree.body[-1], ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final.value)
+
+    def final_answer(value: Any = None) -> Any:
+        raise FinalAnswer(value)
+
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
+    namespace.update(ToolError=ToolError, final_answer=final_answer)
+    sys.stdout = sys.stderr = output  # type: ignore[assignment]
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    try:
+        body = eval(compile(tree, "<script>", "exec", flags=flags), namespace)
+        if inspect.iscoroutine(body):
+            asyncio.run(body)
+        value = eval(compile(last, "<script>", "eval", flags=flags), namespace) if last is not None else None
+        if inspect.iscoroutine(value):
+            value = asyncio.run(value)
+        return {"success": True, "value": value}
+    except FinalAnswer as answer:
+        return {"success": True, "value": answer.value}
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return {"success": True, "value": None}
+        return {"success": False, "error": error_info(exc, _script_line(exc), f"exit status {exc.code!r}")}
+    except BaseException as exc:  # the script's own error, whatever it is: reported, not raised
+        return {"success": False, "error": error_info(exc, _script_line(exc), _script_traceback(exc, code))}
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
+def _script_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<script>"]
+
+
+def _script_line(exc: BaseException) -> int | None:
+    frames = _script_frames(exc)
+    return frames[-1].lineno if frames else None
+
+
+def _script_traceback(exc: BaseException, code: str) -> str | None:
+    lines = code.splitlines()
+    out = []
+    for frame in _script_frames(exc):
+        lineno = frame.lineno or 0
+        source = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+        where = "" if frame.name == "<module>" else f", in {frame.name}"
+        out.append(f"  line {lineno}{where}: {source}")
+    if not out:
+        return None
+    return "Traceback (script lines):\n" + "\n".join(out) + f"\n{type(exc).__name__}: {exc}"

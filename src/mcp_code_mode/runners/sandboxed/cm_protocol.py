@@ -1,0 +1,167 @@
+"""The worker's side of the bridge: messages, captured output, and the values and errors it reports.
+
+Part of the program that runs inside the sandbox (see ``worker.py``): standard library only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+from typing import Any
+
+CHUNK_CHARS = 8192
+FLUSH_SECONDS = 0.05
+
+
+class ToolError(Exception):
+    """A downstream tool failed; ``server``, ``tool`` and the server's ``message`` are attributes."""
+
+    def __init__(self, message: str, server: str | None = None, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.server = server
+        self.tool = tool
+
+
+class FinalAnswer(BaseException):
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+class Channel:
+    """The worker's end of the bridge."""
+
+    def __init__(self) -> None:
+        self._in = os.fdopen(os.dup(0), "rb")
+        self._out = os.fdopen(os.dup(1), "wb")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        self._next_id = 0
+        self._send_lock = threading.Lock()  # the output flusher thread sends too
+        self.output: Output | None = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._send_lock:
+            self._out.write(line)
+            self._out.flush()
+
+    def receive(self) -> dict[str, Any]:
+        line = self._in.readline()
+        if not line:
+            os._exit(0)  # the host is gone
+        return json.loads(line)
+
+    def call(self, server: str, tool: str, arguments: Any) -> Any:
+        if self.output is not None:
+            self.output.flush()
+        try:
+            json.dumps(arguments, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"arguments of {server}.{tool} must be JSON values: {exc}") from None
+        self._next_id += 1
+        self.send({"op": "call", "id": self._next_id, "server": server, "tool": tool, "arguments": arguments})
+        reply = self.receive()
+        if "error" in reply:
+            err = reply["error"]
+            raise ToolError(err.get("message", "tool failed"), err.get("server"), err.get("tool"))
+        return reply.get("value")
+
+
+class Output(io.TextIOBase):
+    """Printed text: kept up to a cap, sent to the host in chunks as it is printed.
+
+    A chunk goes out when it reaches ``CHUNK_CHARS``, and a flusher thread sends whatever is pending
+    every ``FLUSH_SECONDS``, so a line printed before a long sleep or computation arrives at once.
+    It is also the script's ``sys.stdout`` and ``sys.stderr`` under the cpython runner.
+    """
+
+    encoding = "utf-8"
+
+    def __init__(self, channel: Channel, cap: int) -> None:
+        self._channel = channel
+        self._cap = cap
+        self._used = 0
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def start_flusher(self) -> None:
+        def flush_every_tick() -> None:
+            while True:
+                time.sleep(FLUSH_SECONDS)
+                self.flush()
+
+        threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
+        if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            room = self._cap - self._used
+            if room <= 0:
+                self.dropped += len(text)
+                return len(text)
+            if len(text) > room:
+                self.dropped += len(text) - room
+                text = text[:room]
+            self._used += len(text)
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self._pending_chars >= CHUNK_CHARS:
+                self._flush_locked()
+        return len(text)
+
+    def __iadd__(self, text: str) -> Output:  # smolagents' print does `state["_print_outputs"] += text`
+        self.write(str(text))
+        return self
+
+    def flush(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._pending:
+            self._channel.send({"op": "output", "data": "".join(self._pending)})
+            self._pending, self._pending_chars = [], 0
+
+    def __str__(self) -> str:
+        return ""
+
+
+def jsonable(value: Any, cap: int) -> tuple[Any, bool]:
+    """The value as JSON (else its repr), and whether it had to be cut to ``cap`` characters."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        value = text = repr(value)
+    if len(text) <= cap:
+        return value, False
+    return text[:cap], True
+
+
+def error_info(exc: BaseException, line: int | None, traceback: str | None = None) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc), "line": line, "traceback": traceback}
+
+
+def syntax_error(exc: SyntaxError) -> dict[str, Any]:
+    where = f" (line {exc.lineno}, column {exc.offset})" if exc.lineno else ""
+    return {
+        "type": "SyntaxError",
+        "message": f"{exc.msg}{where}",
+        "line": exc.lineno,
+        "traceback": (exc.text or "").rstrip() or None,
+    }
