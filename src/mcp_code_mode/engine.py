@@ -7,6 +7,7 @@ async with CodeMode.from_config("mcp_servers.json") as cm:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -117,6 +118,9 @@ class CodeMode:
     async def __aenter__(self) -> CodeMode:
         started: list[Runner] = []
         await anyio.to_thread.run_sync(self.scripts.open)
+        load = getattr(self.embedder, "load", None)
+        if load is not None:  # read the model's weights now, off the first run's path (~0.5 s)
+            threading.Thread(target=load, name="embedder-load", daemon=True).start()
         try:
             for runner in self.runners.values():
                 await runner.start()
