@@ -96,6 +96,8 @@ class Settings(BaseModel):
     """Tool calls allowed in one run; the next one raises ``ToolError``."""
     pool_size: int = Field(default=2, ge=0)
     """Warm worker processes kept waiting per runner."""
+    warmup_timeout: float = Field(default=15.0, ge=0)
+    """Seconds start-up waits for each runner's first warm worker before serving (0: do not wait)."""
     tool_timeout: float = Field(default=60.0, gt=0)
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None

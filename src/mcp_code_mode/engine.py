@@ -132,6 +132,7 @@ class CodeMode:
             self.scripts.close()
             raise
         self._refresh()
+        await self._warm_up()
         described = self.sandbox.describe()
         logger.info(
             "isolation in force: %s%s",
@@ -139,6 +140,22 @@ class CodeMode:
             f" ({described['reason']})" if described.get("reason") else f" ({described.get('user')})",
         )
         return self
+
+    async def _warm_up(self) -> None:
+        """Wait (at most ``warmup_timeout``) until every runner has a warm worker: the first run after
+        start-up then pays no interpreter start (for Pyodide, a snapshot restore of about a second)."""
+        timeout = self.config.settings.warmup_timeout
+        if timeout <= 0:
+            return
+        started = time.monotonic()
+        with anyio.move_on_after(timeout) as scope:
+            async with anyio.create_task_group() as tg:
+                for runner in self.runners.values():
+                    tg.start_soon(runner.ready)
+        if scope.cancelled_caught:
+            logger.warning("start-up: not every runner had a warm worker after %.0f s; serving anyway", timeout)
+        else:
+            logger.info("start-up: warm workers ready in %.2f s", time.monotonic() - started)
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:

@@ -98,6 +98,11 @@ class Runner(Protocol):
         """Stop every worker; no child process may outlive this."""
         ...
 
+    async def ready(self) -> None:
+        """Return once a run would find a warm worker (at once for a runner that keeps none, or whose
+        first worker failed to start). The engine waits for this, bounded, before it serves."""
+        ...
+
     def set_stubs(self, stubs: StubBundle) -> None:
         """The current stubs, so that warm workers can load them before they are needed."""
         ...

@@ -192,6 +192,11 @@ class WorkerPool:
     def starting(self) -> int:
         return self._starting
 
+    async def ready(self) -> None:
+        """Return once a worker is idle, or when none is on its way (an empty pool, a failed start)."""
+        while not self._ready and self._starting > 0 and not self._closed:
+            await self.changed()
+
     async def spawn(self) -> Worker:
         """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
         spec = self._launcher(self._profile)

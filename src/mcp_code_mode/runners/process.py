@@ -104,6 +104,9 @@ class ProcessRunner:
             stack, self._stack = self._stack, None
             await stack.aclose()
 
+    async def ready(self) -> None:
+        await self._pool_for(self._default_profile).ready()
+
     def set_stubs(self, stubs: StubBundle) -> None:
         self._stubs = stubs
         for pool in self._pools.values():

@@ -250,6 +250,12 @@ class PyodideRunner(ProcessRunner):
             if self.problem is not None:
                 logger.warning("pyodide runner unavailable: %s", self.problem)
 
+    async def ready(self) -> None:
+        if self._target_size == 0:
+            return
+        await self._prepare()  # waits for the snapshot and the first interpreter's start
+        await self.pool.ready()
+
     async def _grow(self) -> None:
         """Once the first interpreter is ready (or failed), start the rest of the pool."""
         with anyio.move_on_after(WORKER_START_TIMEOUT):
