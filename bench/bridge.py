@@ -99,16 +99,25 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                         direct[runner].append(await run_direct(cm, n))
     table = section.table(
         f"{n} calls to the fixture server's `add`, {args.reps} interleaved repetitions (medians).",
-        ["runner", f"{n} calls in one script", f"{n} direct calls", "ratio", "overhead per call"],
+        [
+            "runner",
+            f"{n} calls in one script",
+            f"{n} direct calls",
+            "ratio",
+            "overhead per call",
+            "ratio per repetition",
+        ],
     )
     for runner in runners:
         s, d = median(scripts[runner]), median(direct[runner])
-        table.rows.append([runner, ms(s), ms(d), ratio(s / d), f"{(s - d) / n * 1000:,.0f} µs"])
+        pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(scripts[runner], direct[runner], strict=True))
+        table.rows.append([runner, ms(s), ms(d), ratio(s / d), f"{(s - d) / n * 1000:,.0f} µs", pairs])
         section.target(f"bridge ratio <= {TARGET} ({runner})", ratio(s / d), s / d <= TARGET)
     section.notes.append(
         "Direct calls go through the engine's own `ClientSession` to the same fixture server process the "
         "bridge uses; a script's time is the whole `execute` (worker hand-over, calls, answer), with the "
-        "cache off."
+        "cache off. The ratio per repetition (script / the direct batch next to it) shows the noise of a "
+        "shared machine."
     )
     if "pyodide" in runners and not had_snapshot:
         section.notes.append("The Pyodide snapshot did not exist before this section: its start made it.")

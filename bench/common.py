@@ -202,6 +202,20 @@ def run_section(
 
 # ----- the machine ------------------------------------------------------------------------------
 
+FORK_PROBE = """
+import os, statistics, time
+times = []
+for _ in range(30):
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    times.append((time.perf_counter() - started) * 1000)
+print(statistics.median(times))
+"""
+"""Prints the median milliseconds of fork() + exit + waitpid of a bare Python (the zygotes pay a fork per run)."""
+
 
 def machine_facts() -> dict[str, str]:
     cpu = "unknown"
@@ -229,6 +243,12 @@ def machine_facts() -> dict[str, str]:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=30
         ).stdout.strip()
+    fork = "unknown"
+    with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+        timing = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", FORK_PROBE], capture_output=True, text=True, timeout=60, check=True
+        )
+        fork = f"{float(timing.stdout):.2f} ms"
     from mcp_code_mode.sandbox import Sandbox
 
     described = Sandbox.detect(engine_settings(STATE / "unused")).describe()
@@ -236,6 +256,7 @@ def machine_facts() -> dict[str, str]:
     if described.get("reason"):
         sandbox += f" ({described['reason']})"
     return {
+        "fork": fork,
         "sandbox": sandbox,
         "cores": str(os.cpu_count()),
         "cpu": cpu,

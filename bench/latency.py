@@ -46,7 +46,7 @@ from common import (
     timed,
     write_config,
 )
-from peers import mcp_run_python, patched_attempt, row, smolagents_floor
+from peers import PEER_VERSION, mcp_run_python, patched_attempt, row, smolagents_floor
 
 WARM_TARGET = {"local": 15.0, "cpython": 15.0, "pyodide": 40.0, "deno": 40.0}
 FIRST_TARGET = {"pyodide": 800.0}
@@ -63,7 +63,7 @@ def request(runner: str) -> dict[str, Any]:
 async def measure_runner(runner: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     config = write_config(folder, {})
     env = server_env(folder / f"cache-{runner}", pyodide_pool_size=2 if runner == "pyodide" else 0)
-    out: dict[str, Any] = {"warm": [], "server": [], "burst": []}
+    out: dict[str, Any] = {"warm": [], "server": [], "burst": [], "trivial": []}
     with (folder / f"server-{runner}.log").open("w+", encoding="utf-8") as errlog:
         spawned = time.perf_counter()
         async with executor(config, env, errlog) as client:
@@ -88,6 +88,8 @@ async def measure_runner(runner: str, args: argparse.Namespace, folder: Path) ->
             for _ in range(args.burst):
                 out["burst"].append((await call())[0])
             out["burst_rate"] = args.burst / (time.perf_counter() - burst_started)
+            for _ in range(args.warm):  # the MCP round trip alone: a tool that runs nothing
+                out["trivial"].append((await timed(lambda: client.call_tool("list_supported_languages", {})))[0])
     return out
 
 
@@ -107,6 +109,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             "warm p50",
             "warm p95",
             "warm p50 inside the server",
+            "MCP round trip alone",
             "back-to-back p50",
             "back-to-back p95",
             "back-to-back runs/s",
@@ -122,6 +125,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                 ms(warm),
                 ms(percentile(r["warm"], 0.95)),
                 ms(median(r["server"]), 0),
+                ms(median(r["trivial"])),
                 ms(median(r["burst"])),
                 ms(percentile(r["burst"], 0.95)),
                 f"{r['burst_rate']:.1f}",
@@ -133,6 +137,11 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             section.target(
                 f"{runner} first call <= {FIRST_TARGET[runner]:g} ms", ms(first), first <= FIRST_TARGET[runner]
             )
+    section.notes.append(
+        "\"Inside the server\" is the result's `executionTime`: from the worker's hand-over to its answer. "
+        '"MCP round trip alone" is the median of `list_supported_languages` (runs nothing) on the same '
+        "session: the client, stdio and the server's MCP layer."
+    )
     section.notes.append(
         "Pauses between warm calls: "
         + ", ".join(f"{r} {GAP[r]:g} s" for r in args.runners)
@@ -156,8 +165,16 @@ async def measure_peers(args: argparse.Namespace, section: Section) -> None:
     peer = await mcp_run_python(args.warm, 0.1, args.peer_timeout)
     table.rows.append(row(peer))
     if peer.failure:
-        section.notes.append(f"mcp-run-python could not run here: {peer.failure}.")
+        why = ""
+        if "JSR" in peer.failure:
+            why = (
+                " (it fetches `@std/cli` from the JSR registry when it starts; this machine reaches PyPI, npm "
+                "and Debian only)"
+            )
+        section.notes.append(f"mcp-run-python {PEER_VERSION} could not run here{why}: {peer.failure}")
         patched = await anyio.to_thread.run_sync(patched_attempt, args.peer_timeout)
+        if "attempting to load from" in patched:
+            patched += " (Pyodide's `loadPackage` fetches micropip and pydantic from Pyodide's CDN at start)"
         section.notes.append(
             "With its one JSR import (`@std/cli`'s `parseArgs`) replaced by a few lines, its own `example` "
             f"got further and then failed: {patched}. So no figure for mcp-run-python is given here."

@@ -24,6 +24,8 @@ import anyio
 from common import ROOT, median, percentile, stdio, timed
 
 PEERS = ROOT / ".tools" / "peers"
+PEER_VERSION = "0.0.22"
+"""The version ``make bench`` installs (pinned in the Makefile)."""
 MCP_RUN_PYTHON = PEERS / "bin" / "mcp-run-python"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _URL_HOST = re.compile(r"https?://[^/\s'\"]+")
@@ -52,7 +54,8 @@ def error_lines(text: str, limit: int = 6) -> str:
         wanted = line.lower().startswith("error") or "failed" in line or re.search(r"\w(Error|Exception):", line)
         if "attempting to load from" in line and not fetching:  # Pyodide fetching its packages
             wanted = fetching = True
-        if wanted and line not in found and not line.startswith(("at ", "raise ")):
+        noise = line.startswith(("at ", "raise ")) or "Download " in line or "Initialize " in line
+        if wanted and line not in found and not noise:
             found.append(line[:240])
     return " / ".join(found[:limit]) or scrub(text).strip()[-400:]
 

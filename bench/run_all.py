@@ -80,6 +80,8 @@ def render(sections: list[Section], facts: dict[str, str], started: str, loads: 
         f"- machine: {facts['cores']} cores ({facts['cpu']}), {facts['memory']} memory, Linux {facts['kernel']}",
         f"- load average (1, 5, 15 min) at start / at end: {load}",
         f"- Python {facts['python']}, {facts['deno']}, sandbox: {facts['sandbox']}, commit {facts['commit']}",
+        f"- fork() + exit + waitpid of a bare Python process: {facts['fork']} (median of 30; every zygote run "
+        "pays a fork of a larger process)",
         "",
         "## Targets",
         "",
