@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """1. Bridge overhead: N tool calls from inside one script, against N direct calls from the host.
 
-    .venv/bin/python bench/bridge.py [--calls 500] [--reps 3] [--runners local cpython pyodide deno]
+    .venv/bin/python bench/bridge.py [--calls 500] [--reps 4] [--runners local cpython pyodide deno]
 
 One engine (``CodeMode``) over the Python fixture server. For each repetition and runner: N direct
 ``call_tool("fixture", "add")`` from the host through the engine's own pool session (the session the
@@ -110,9 +110,16 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     )
     for runner in runners:
         s, d = median(scripts[runner]), median(direct[runner])
-        pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(scripts[runner], direct[runner], strict=True))
+        paired = [a / b for a, b in zip(scripts[runner], direct[runner], strict=True)]
+        pairs = ", ".join(f"{r:.2f}" for r in paired)
         table.rows.append([runner, ms(s), ms(d), ratio(s / d), f"{(s - d) / n * 1000:,.0f} µs", pairs])
-        section.target(f"bridge ratio <= {TARGET} ({runner})", ratio(s / d), s / d <= TARGET)
+        spread = f"{ratio(s / d)} (repetitions {min(paired):.2f}–{max(paired):.2f})"
+        section.target(f"bridge ratio <= {TARGET} ({runner})", spread, s / d <= TARGET)
+        if min(paired) <= TARGET < max(paired):
+            section.notes.append(
+                f"{runner}: the repetitions' ratios fall on both sides of the target ({pairs}): on this shared "
+                "machine that verdict is within the noise."
+            )
     section.notes.append(
         "Direct calls go through the engine's own `ClientSession` to the same fixture server process the "
         "bridge uses; a script's time is the whole `execute` (worker hand-over, calls, answer), with the "
@@ -126,7 +133,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
 def main() -> int:
     cli = parser(__doc__)
     cli.add_argument("--calls", type=int, default=500)
-    cli.add_argument("--reps", type=int, default=3)
+    cli.add_argument("--reps", type=int, default=4)
     cli.add_argument("--runners", nargs="+", default=list(RUNNERS), choices=RUNNERS)
     args = cli.parse_args()
     section = Section("bridge", "1. Bridge overhead", "")

@@ -50,7 +50,7 @@ from peers import PEER_VERSION, mcp_run_python, patched_attempt, row, smolagents
 
 WARM_TARGET = {"local": 15.0, "cpython": 15.0, "pyodide": 40.0, "deno": 40.0}
 FIRST_TARGET = {"pyodide": 800.0}
-GAP = {"local": 0.1, "cpython": 0.1, "deno": 0.5, "pyodide": 1.0}
+GAP = {"local": 0.1, "cpython": 0.1, "deno": 0.3, "pyodide": 1.0}
 """Seconds between warm calls: enough for a zygote to be back, or for a one-shot pool to refill."""
 
 
