@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: install demo test lint typecheck format clean conformance inspector
+.PHONY: install demo test lint typecheck format clean conformance inspector bench
 
 install: $(PY_STAMP) $(NODE_STAMP)
 
@@ -36,6 +36,20 @@ conformance: install
 
 inspector: install
 	$(BIN)/python scripts/inspector_check.py
+
+# Benchmarks (bench/): every section in turn, about 5 minutes; rewrites bench/RESULTS.md. The peer
+# mcp-run-python (PyPI) goes into its own virtualenv in .tools/peers (it pins another mcp than ours);
+# if it cannot be installed, the latency section records that instead of a figure.
+PEERS := .tools/peers
+PEERS_STAMP := $(PEERS)/.installed
+
+$(PEERS_STAMP):
+	$(PYTHON) -m venv $(PEERS)
+	if $(PEERS)/bin/python -m pip install --quiet 'mcp-run-python==0.0.22'; then touch $@; \
+	else echo "mcp-run-python could not be installed: bench/latency.py will say so"; fi
+
+bench: install $(PEERS_STAMP)
+	$(BIN)/python bench/run_all.py
 
 lint: install
 	$(BIN)/ruff check .
