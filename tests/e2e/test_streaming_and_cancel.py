@@ -58,19 +58,25 @@ def _runs_worker(cmdline: bytes) -> bool:
     return Path(argv[0].decode(errors="replace")).name.startswith("python") and b"worker.py" in cmdline
 
 
+RUNNING_NAME = "cm-run"
+"""What a zygote's child names itself (``/proc/PID/comm``) once it has a run (``sandboxed/worker.py``)."""
+
+
 def run_children(server_pid: int) -> set[int]:
-    """The processes running a script: forked children of a zygote worker of the server."""
+    """The processes running a script: forked children of a zygote worker of the server that have
+    their run (each zygote also keeps one child forked ahead, waiting, named ``cm-waiting``)."""
     found: set[int] = set()
     for pid in child_pids(server_pid):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            name = Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
             parent = int(Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[1])
             parent_cmdline = Path(f"/proc/{parent}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue
         # A zygote and its run child both run worker.py in Python; bubblewrap's own command line
         # mentions worker.py too, but its program is bwrap.
-        if _runs_worker(cmdline) and _runs_worker(parent_cmdline):
+        if _runs_worker(cmdline) and _runs_worker(parent_cmdline) and name == RUNNING_NAME:
             found.add(pid)
     return found
 

@@ -42,6 +42,7 @@ class Channel:
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
+        self._stale: Any = None
         self._next_id = 0
         self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
@@ -52,11 +53,20 @@ class Channel:
             self._out.write(line)
             self._out.flush()
 
-    def receive(self) -> dict[str, Any]:
+    def forget_buffered(self) -> None:
+        """In a forked child: read on with an empty buffer. What the parent had read ahead (say, the
+        run message that followed ``prepare``) is the parent's; the child's replies come after it."""
+        self._stale = self._in  # kept open: the fd is shared with the parent
+        self._in = open(self._in.fileno(), "rb", closefd=False)
+
+    def receive_line(self) -> bytes:
         line = self._in.readline()
         if not line:
             os._exit(0)  # the host is gone
-        return json.loads(line)
+        return line
+
+    def receive(self) -> dict[str, Any]:
+        return json.loads(self.receive_line())
 
     def call(self, server: str, tool: str, arguments: Any) -> Any:
         if self.output is not None:
@@ -86,20 +96,28 @@ class Output(io.TextIOBase):
 
     def __init__(self, channel: Channel, cap: int) -> None:
         self._channel = channel
-        self._cap = cap
+        self.cap = cap
         self._used = 0
         self._pending: list[str] = []
         self._pending_chars = 0
         self._lock = threading.Lock()
         self.dropped = 0
+        self._armed = threading.Event()
 
     def start_flusher(self) -> None:
+        """Start the flusher thread; it waits, idle, until ``arm`` gives the cap."""
+
         def flush_every_tick() -> None:
+            self._armed.wait()
             while True:
                 time.sleep(FLUSH_SECONDS)
                 self.flush()
 
         threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
+
+    def arm(self, cap: int) -> None:
+        self.cap = cap
+        self._armed.set()
 
     def writable(self) -> bool:
         return True
@@ -111,7 +129,7 @@ class Output(io.TextIOBase):
         if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
-            room = self._cap - self._used
+            room = self.cap - self._used
             if room <= 0:
                 self.dropped += len(text)
                 return len(text)

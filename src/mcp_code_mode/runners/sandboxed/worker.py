@@ -17,8 +17,11 @@ starts from the same pristine state in about a millisecond instead of paying int
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import json
 import os
+import resource
 import shutil
 import signal
 import stat
@@ -57,8 +60,6 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 
 def apply_limits(limits: dict[str, int]) -> None:
-    import resource
-
     names = {
         "as": resource.RLIMIT_AS,
         "cpu": resource.RLIMIT_CPU,
@@ -108,17 +109,52 @@ def _exit_status(status: int) -> str:
     return f"exit code {os.WEXITSTATUS(status)}"
 
 
-def _child(channel: Channel, kind: str, message: dict[str, Any], stubs: dict[str, Any], workspace: str) -> None:
-    """Run one script in this freshly forked process, report it, and exit."""
+WAITING_NAME = "cm-waiting"
+RUNNING_NAME = "cm-run"
+"""The process names (``/proc/PID/comm``, what ``ps`` shows) of a pre-forked child, before and during its run."""
+
+
+def _name(name: str) -> None:
+    """Set this process's name (PR_SET_NAME). Not through /proc/self/comm: an undumpable process's
+    /proc files belong to root."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name.encode()), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (macOS): the name is only for people and tests
+        pass
+
+
+def _await_run(reader: int) -> dict[str, Any] | None:
+    """In a pre-forked child: the run message the zygote hands over, or None if it closed the pipe."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(reader, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(reader)
+    return json.loads(b"".join(chunks)) if chunks else None
+
+
+def _child(channel: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str) -> None:
+    """Wait (forked ahead of time) for one run, run it in this process, report it, and exit."""
     os.setsid()
+    os.chdir(workspace)
+    _name(WAITING_NAME)
+    channel.forget_buffered()
+    output = Output(channel, 0)  # ready before the run arrives: its cap comes with the message
+    output.start_flusher()
+    message = _await_run(reader)
+    if message is None:
+        return
+    _name(RUNNING_NAME)
     channel.send({"op": "started", "pid": os.getpid()})
     limits = message.get("limits")
     if isinstance(limits, dict):
         apply_limits({str(k): int(v) for k, v in limits.items()})
-    os.chdir(workspace)
-    output = Output(channel, int(message.get("max_output", 100_000)))
+    output.arm(int(message.get("max_output", 100_000)))
     channel.output = output
-    output.start_flusher()
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""
@@ -206,19 +242,40 @@ def main() -> None:
         exec(compile(source, "<tool stubs>", "exec"), namespace)
         stub_namespace, stub_version = namespace, version
 
-    channel.send({"op": "ready", "pid": os.getpid()})
-    while True:
-        message = channel.receive()
-        if message.get("stubs") is not None and message.get("version") != stub_version:
-            compile_stubs(message["stubs"], message["version"])
-        if message.get("op") != "run":
-            continue
+    def prefork() -> tuple[int, int]:
+        """Fork the next run's child now, off the run's path; it waits for its message on a pipe."""
+        gc.freeze()  # the child's collections then leave the zygote's objects (and their pages) alone
+        reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
-                _child(channel, args.kind, message, stub_namespace, workspace)
+                os.close(writer)
+                _child(channel, args.kind, reader, stub_namespace, workspace)
             finally:
                 os._exit(0)
+        os.close(reader)
+        return pid, writer
+
+    def discard(child: tuple[int, int]) -> None:
+        os.close(child[1])  # the child reads end-of-file and exits
+        os.waitpid(child[0], 0)
+
+    pending = prefork()
+    channel.send({"op": "ready", "pid": os.getpid()})
+    while True:
+        line = channel.receive_line()
+        message = json.loads(line)
+        if message.get("stubs") is not None and message.get("version") != stub_version:
+            compile_stubs(message["stubs"], message["version"])
+            discard(pending)  # it was forked with the old stubs
+            pending = prefork()
+        if message.get("op") != "run":
+            continue
+        pid, writer = pending
+        view = memoryview(line)
+        while view:
+            view = view[os.write(writer, view) :]
+        os.close(writer)
         _, status = os.waitpid(pid, 0)
         if args.pidns:
             try:
@@ -234,6 +291,7 @@ def main() -> None:
         _wipe(workspace)
         if args.pidns:
             _wipe("/tmp")
+        pending = prefork()
         channel.send({"op": "ready", "pid": os.getpid()})
 
 
