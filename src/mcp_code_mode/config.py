@@ -174,6 +174,11 @@ class Settings(BaseModel):
     Default: ``pyodide/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
     pyodide_max_memory_mb: int = Field(default=1024, ge=64, le=4096)
     """Memory a Pyodide interpreter may grow to (WebAssembly memory, in MiB); past it, MemoryError."""
+    pyodide_tiering_budget: int = Field(default=1_000_000_000, ge=0)
+    """V8's WebAssembly tier-up budget (``--wasm-tiering-budget``) for Pyodide workers; 0 keeps V8's default
+    (13,000,000). A worker serves one run, so a short script that crosses V8's default budget pays for
+    optimizing compiles it never uses (print(1): about 18 ms instead of 7); a large budget leaves them to
+    long hot loops."""
     pyodide_index_url: str | None = None
     """A Pyodide package index (URL or folder) for packages that need Pyodide's own builds (numpy, pandas).
     Empty: only pure-Python wheels can be installed under the pyodide runner."""

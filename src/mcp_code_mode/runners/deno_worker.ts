@@ -68,22 +68,39 @@ function send(message: Record<string, unknown>): void {
 
 let inbox = new Uint8Array(0);
 
-/** The next message from the host; the process exits when the host has gone. */
+function takeMessage(): Record<string, unknown> | null {
+  const newline = inbox.indexOf(10);
+  if (newline < 0) return null;
+  const line = inbox.subarray(0, newline);
+  inbox = inbox.slice(newline + 1);
+  return parse(decoder.decode(line));
+}
+
+function addInput(chunk: Uint8Array, n: number | null): void {
+  if (n === null) realExit(0); // the host has gone
+  const grown = new Uint8Array(inbox.length + n!);
+  grown.set(inbox);
+  grown.set(chunk.subarray(0, n!), inbox.length);
+  inbox = grown;
+}
+
+/** The next message from the host (waiting for the run); the process exits when the host has gone. */
 async function receive(): Promise<Record<string, unknown>> {
   for (;;) {
-    const newline = inbox.indexOf(10);
-    if (newline >= 0) {
-      const line = inbox.subarray(0, newline);
-      inbox = inbox.slice(newline + 1);
-      return parse(decoder.decode(line));
-    }
+    const message = takeMessage();
+    if (message) return message;
     const chunk = new Uint8Array(65536);
-    const n = await realStdin.read(chunk);
-    if (n === null) realExit(0);
-    const grown = new Uint8Array(inbox.length + n!);
-    grown.set(inbox);
-    grown.set(chunk.subarray(0, n!), inbox.length);
-    inbox = grown;
+    addInput(chunk, await realStdin.read(chunk));
+  }
+}
+
+/** The same, blocking: once the run has started, only tool calls read, and only this way. */
+function receiveSync(): Record<string, unknown> {
+  for (;;) {
+    const message = takeMessage();
+    if (message) return message;
+    const chunk = new Uint8Array(65536);
+    addInput(chunk, realStdin.readSync(chunk));
   }
 }
 
@@ -182,41 +199,15 @@ class ToolError extends Error {
   }
 }
 
-interface Pending {
-  resolve: (value: unknown) => void;
-  reject: (error: Error) => void;
-  /** Made when the call starts, so that its stack (formatted lazily) shows the script's line. */
-  failure: ToolError;
-}
-
-const pending = new Map<number, Pending>();
 let nextId = 0;
-let pumping = false;
 
-/** Read answers while tool calls are waiting for them, and only then. */
-async function pump(): Promise<void> {
-  if (pumping) return;
-  pumping = true;
-  try {
-    while (pending.size > 0) {
-      const message = await receive();
-      if (message.op !== "result") continue;
-      const entry = pending.get(message.id as number);
-      if (!entry) continue;
-      pending.delete(message.id as number);
-      const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
-      if (error) {
-        const failure = entry.failure;
-        failure.message = error.message ?? "the tool failed";
-        failure.server = error.server ?? null;
-        failure.tool = error.tool ?? null;
-        entry.reject(failure);
-      } else {
-        entry.resolve(message.value ?? null);
-      }
-    }
-  } finally {
-    pumping = false;
+/** The host's answer to call `id`: read synchronously, since the script waits for it anyway (the host
+ * answers a run's calls one at a time, in order). A blocking read skips the thread-pool hop and the
+ * event-loop turn of an async read: about a millisecond less per call. */
+function resultOf(id: number): Record<string, unknown> {
+  for (;;) {
+    const message = receiveSync();
+    if (message.op === "result" && message.id === id) return message;
   }
 }
 
@@ -237,11 +228,16 @@ function callTool(server: string, tool: string, args: unknown = {}): Promise<unk
   }
   output.flush();
   const id = ++nextId;
-  return new Promise((resolve, reject) => {
-    pending.set(id, { resolve, reject, failure });
-    send({ op: "call", id, server, tool, arguments: payload });
-    pump();
-  });
+  send({ op: "call", id, server, tool, arguments: payload });
+  const message = resultOf(id);
+  const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
+  if (error) {
+    failure.message = error.message ?? "the tool failed";
+    failure.server = error.server ?? null;
+    failure.tool = error.tool ?? null;
+    return Promise.reject(failure);
+  }
+  return Promise.resolve(message.value ?? null);
 }
 
 /** Define a property (never a setter call: a tool or server may be called `__proto__`). */

@@ -72,6 +72,7 @@ class PyodideSetup:
     cache_dir: Path
     index_url: str | None
     max_memory_mb: int = 1024
+    tiering_budget: int = 0
 
     @property
     def wheels_dir(self) -> Path:
@@ -134,7 +135,7 @@ class PyodideSetup:
             "--allow-read=" + ",".join([*readable, *([folder] if folder else [])]),
             "--allow-write=.",
             "--allow-net",
-            f"--v8-flags=--wasm-max-mem-pages={self.max_memory_mb * 16}",  # 64 KiB pages
+            f"--v8-flags={','.join(self.v8_flags())}",
             str(WORKER_SCRIPT),
             "serve",
             str(self.pyodide_dir),
@@ -142,6 +143,12 @@ class PyodideSetup:
             str(self.wheels_dir),
             index,
         ]
+
+    def v8_flags(self) -> list[str]:
+        flags = [f"--wasm-max-mem-pages={self.max_memory_mb * 16}"]  # 64 KiB pages
+        if self.tiering_budget > 0:
+            flags.append(f"--wasm-tiering-budget={self.tiering_budget}")
+        return flags
 
     def environment(self) -> dict[str, str]:
         return {"DENO_DIR": str(self.deno_dir), "DENO_NO_UPDATE_CHECK": "1", "NO_COLOR": "1"}
@@ -205,6 +212,7 @@ class PyodideRunner(ProcessRunner):
             cache_dir=default_cache_dir(settings).resolve(),
             index_url=settings.pyodide_index_url,
             max_memory_mb=settings.pyodide_max_memory_mb,
+            tiering_budget=settings.pyodide_tiering_budget,
         )
         self.packages = PyodidePackages(
             wheels_dir=self.setup.wheels_dir,

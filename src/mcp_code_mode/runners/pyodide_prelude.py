@@ -2,16 +2,17 @@
 
 This module never runs on the host. ``pyodide_worker.js`` installs it as ``_codemode`` in the
 interpreter before the memory snapshot is taken, so every interpreter restored from the snapshot has
-it imported and warm. The worker registers a JavaScript module ``_codemode_host`` with three
+it imported and warm. The worker registers a JavaScript module ``_codemode_host`` with these
 functions, which this module reaches lazily (the snapshot must hold no JavaScript references):
 
 - ``output(text)``: printed text (the worker caps it and sends ``output`` messages);
 - ``flush()``: send the pending output now;
-- ``request(server, tool, arguments_json)``: a Promise of the host's ``result`` line.
+- ``request_sync(server, tool, arguments_json)``: the host's ``result`` line (the worker blocks on
+  stdin until it is there);
+- ``request(server, tool, arguments_json)``: a Promise of it.
 
-A stub call is synchronous (``pyodide.ffi.run_sync`` suspends WebAssembly until the host answers),
-except where the caller awaits it: ``await filesystem.read_text_file(path=...)`` in async code gets a
-coroutine, so several calls can be in flight with ``asyncio.gather``.
+A stub call is synchronous, except where the caller awaits it: ``await filesystem.read_text_file(path=...)``
+in async code gets a coroutine, so several calls can be in flight with ``asyncio.gather``.
 """
 
 from __future__ import annotations
@@ -122,9 +123,7 @@ def _dispatch(server: str, tool: str, arguments: Any, caller: types.FrameType | 
     payload = _encode(server, tool, arguments)
     if _wants_awaitable(caller):
         return _call_async(server, tool, payload)
-    from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
-
-    return _decode(run_sync(_host().request(server, tool, payload)))
+    return _decode(_host().request_sync(server, tool, payload))
 
 
 def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:

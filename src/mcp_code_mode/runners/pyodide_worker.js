@@ -83,35 +83,81 @@ const output = {
   },
 };
 
-// ----- the host's answers to tool calls ------------------------------------------------------
+// ----- the host's messages, and its answers to tool calls ---------------------------------------
+//
+// Until the run message, stdin is read asynchronously (the worker waits, warm, in the event loop).
+// From the run on, it is read only synchronously: a stub call writes its request and blocks in
+// `readSync` until its answer is there, with no promise, no suspended WebAssembly stack and no
+// thread-pool read in between (about 0.3 ms a call instead of 1.2).
 
-const pending = new Map();
+const stdinReader = Deno.stdin.read.bind(Deno.stdin);
+const stdinReadSync = Deno.stdin.readSync.bind(Deno.stdin);
+
+const stdin = {
+  decoder: new TextDecoder(),
+  buffer: "",
+  chunk: new Uint8Array(1 << 16),
+
+  take() {
+    let index;
+    while ((index = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, index);
+      this.buffer = this.buffer.slice(index + 1);
+      if (line.trim()) return line;
+    }
+    return null;
+  },
+
+  add(count) {
+    this.buffer += this.decoder.decode(this.chunk.subarray(0, count), { stream: true });
+  },
+
+  async next() {
+    for (;;) {
+      const line = this.take();
+      if (line !== null) return line;
+      const count = await stdinReader(this.chunk);
+      if (count === null) return null;
+      this.add(count);
+    }
+  },
+
+  nextSync() {
+    for (;;) {
+      const line = this.take();
+      if (line !== null) return line;
+      const count = stdinReadSync(this.chunk);
+      if (count === null) exit(0); // the host is gone
+      this.add(count);
+    }
+  },
+};
+
 let nextId = 0;
 
-function request(server, tool, argumentsJson) {
+// Send a tool call and block until the host answers it: its `result` line. (The host answers the
+// calls of a run one at a time, in order, so an awaited call is answered the same way.)
+function requestSync(server, tool, argumentsJson) {
   output.flush();
   nextId += 1;
   const id = nextId;
-  const promise = new Promise((resolve) => pending.set(id, resolve));
   writeLine(
     `{"op":"call","id":${id},"server":${jsonStringify(String(server))},` +
       `"tool":${jsonStringify(String(tool))},"arguments":${argumentsJson}}`,
   );
-  return promise;
-}
-
-async function* lines(stream) {
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for await (const chunk of stream) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let index;
-    while ((index = buffer.indexOf("\n")) >= 0) {
-      const line = buffer.slice(0, index);
-      buffer = buffer.slice(index + 1);
-      if (line.trim()) yield line;
+  for (;;) {
+    const line = stdin.nextSync();
+    try {
+      const message = JSON.parse(line);
+      if (message.op === "result" && message.id === id) return line;
+    } catch {
+      // not a message: skip it
     }
   }
+}
+
+function request(server, tool, argumentsJson) {
+  return Promise.resolve(requestSync(server, tool, argumentsJson));
 }
 
 // ----- loading Pyodide ---------------------------------------------------------------------
@@ -166,6 +212,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     output: (text) => output.write(text),
     flush: () => output.flush(),
     request,
+    request_sync: requestSync,
     echo: async (text) => text,
     next_message: null,
   };
@@ -206,27 +253,23 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   output.dropped = 0;
   send({ op: "ready" });
 
-  for await (const line of lines(Deno.stdin.readable)) {
+  for (;;) {
+    const line = await stdin.next();
+    if (line === null) exit(0); // the host closed stdin: it is gone
     let message;
     try {
       message = JSON.parse(line);
     } catch {
       continue;
     }
-    if (message.op === "result") {
-      const resolve = pending.get(message.id);
-      if (resolve) {
-        pending.delete(message.id);
-        resolve(line);
-      }
-    } else if (message.op === "run") {
-      // Not awaited: this loop must go on reading the host's answers to the script's tool calls.
-      runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath }).finally(() => exit(0));
+    if (message.op === "run") {
+      // From here on stdin is read synchronously, by the tool calls (see `requestSync`).
+      await runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath });
+      exit(0);
     } else if (typeof message.stubs === "string") {
       deliver(line); // `prepare`: Python compiles the stubs while it waits
     }
   }
-  exit(0); // the host closed stdin: it is gone
 }
 
 async function runOnce(pyodide, message, line, deliver, serving, paths) {
