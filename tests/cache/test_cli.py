@@ -87,6 +87,26 @@ def test_prune_removes_package_environments_unused_for_that_long(
     assert not (envs / "old").exists() and (envs / "recent" / "module.py").exists()
 
 
+def test_prune_removes_pyodide_snapshots_of_other_versions_unused_for_that_long(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshots = cache_dir / "pyodide"
+    snapshots.mkdir(parents=True)
+    for name, age_days in (("snapshot-1-a.bin", 100), ("snapshot-1-b.bin", 90), ("snapshot-2-c.bin", 10)):
+        path = snapshots / name
+        path.write_bytes(b"memory")
+        then = time.time() - age_days * 86400
+        os.utime(path, (then, then))
+    (snapshots / "wheels").mkdir()
+    status, out, _ = run(capsys, "prune", "--older-than", "30")
+    assert status == 0 and "pruned 2 Pyodide snapshot(s)" in out and "snapshot-1-a.bin" in out
+    assert sorted(p.name for p in snapshots.iterdir()) == ["snapshot-2-c.bin", "wheels"]
+    # the newest stays even when it is old: it is the one a server starts from
+    status, out, _ = run(capsys, "prune", "--older-than", "1")
+    assert status == 0 and "pruned 0 Pyodide snapshot(s)" in out
+    assert (snapshots / "snapshot-2-c.bin").exists()
+
+
 def test_help_names_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["cache", "--help"])

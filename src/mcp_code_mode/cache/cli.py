@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from ..config import Settings
 from ..packages import PythonEnvironments
+from ..runners.pyodide import default_cache_dir, prune_snapshots
 from . import ONE_DAY, ScriptCache
 from .embed import make_embedder
 
@@ -45,9 +46,9 @@ def add_cache_parser(sub: Any) -> None:
 
     prune = commands.add_parser(
         "prune",
-        help="delete scripts not used for a while",
-        description="Delete scripts not used (run or replayed) for --older-than days. Package environments "
-        "are not cached yet, so there are none to prune.",
+        help="delete scripts, package environments and Pyodide snapshots not used for a while",
+        description="Delete scripts not used (run or replayed), package environments not used, and Pyodide "
+        "memory snapshots of other versions not used, for --older-than days (the newest snapshot stays).",
     )
     prune.add_argument(
         "--older-than",
@@ -73,7 +74,7 @@ def run_cache_command(settings: Settings, args: argparse.Namespace, out: TextIO 
             print(f"mcp-code-mode: {problem}", file=sys.stderr)
         if cache.store is None:
             return 1
-        return _dispatch(cache, environments(settings), args, stream)
+        return _dispatch(cache, environments(settings), default_cache_dir(settings), args, stream)
     finally:
         cache.close()
 
@@ -82,7 +83,9 @@ def environments(settings: Settings) -> PythonEnvironments:
     return PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
 
 
-def _dispatch(cache: ScriptCache, envs: PythonEnvironments, args: argparse.Namespace, out: TextIO) -> int:
+def _dispatch(
+    cache: ScriptCache, envs: PythonEnvironments, pyodide_dir: Path, args: argparse.Namespace, out: TextIO
+) -> int:
     command = args.cache_command
     if command == "search":
         results = cache.search(args.query, args.language, args.limit)
@@ -141,6 +144,10 @@ def _dispatch(cache: ScriptCache, envs: PythonEnvironments, args: argparse.Names
         print(f"pruned {len(gone)} package environment(s) not used for {args.older_than:g} days", file=out)
         for line in gone:
             print(f"  {line}", file=out)
+        snapshots = prune_snapshots(pyodide_dir, args.older_than * ONE_DAY) if pyodide_dir.is_dir() else []
+        print(f"pruned {len(snapshots)} Pyodide snapshot(s) not used for {args.older_than:g} days", file=out)
+        for name in snapshots:
+            print(f"  {name}", file=out)
         return 0
     assert command == "export"
     target = args.output.open("w", encoding="utf-8") if args.output else out

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,28 @@ class PyodideSetup:
         return {"DENO_DIR": str(self.deno_dir), "DENO_NO_UPDATE_CHECK": "1", "NO_COLOR": "1"}
 
 
+def prune_snapshots(cache_dir: Path, unused_for: float) -> list[str]:
+    """Remove memory snapshots not used for ``unused_for`` seconds, except the most recently used one.
+
+    A snapshot is keyed by versions and sources, so each upgrade leaves the previous one (about 30 MB)
+    behind; a server touches the one it uses each time it starts.
+    """
+    snapshots = sorted(cache_dir.glob("snapshot-*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+    cutoff = time.time() - unused_for
+    removed: list[str] = []
+    for path in snapshots[1:]:
+        if path.stat().st_mtime < cutoff:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 async def ensure_snapshot(setup: PyodideSetup, packages: PyodidePackages) -> Path:
     """The snapshot for these versions, made now (seconds, once per version) when missing."""
     path = setup.snapshot_path()
     if path.exists():
+        with contextlib.suppress(OSError):
+            os.utime(path)  # last used: what `mcp-code-mode cache prune` goes by
         return path
     setup.cache_dir.mkdir(parents=True, exist_ok=True)
     setup.wheels_dir.mkdir(parents=True, exist_ok=True)
@@ -292,4 +311,4 @@ class PyodideRunner(ProcessRunner):
         return await self.run_with(request, dispatcher, extra)
 
 
-__all__ = ["PyodideRunner", "ensure_snapshot", "find_deno"]
+__all__ = ["PyodideRunner", "ensure_snapshot", "find_deno", "prune_snapshots"]
