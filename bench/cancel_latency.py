@@ -31,38 +31,25 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import node_tools  # noqa: E402  # pyright: ignore[reportMissingImports]  (scripts/ is not a package)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def _children(parent: int) -> dict[int, int]:
-    """pid -> ppid of every process under ``parent``."""
-    table: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text(encoding="utf-8")
-            except OSError:
-                continue
-            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: dict[int, int] = {}
-    frontier = [parent]
-    while frontier:
-        current = frontier.pop()
-        for pid, ppid in table.items():
-            if ppid == current and pid not in found:
-                found[pid] = ppid
-                frontier.append(pid)
-    return found
+from common import descendants  # noqa: E402
+
+RUNNING_NAME = "cm-run"
+"""What a zygote's child names itself once it has a run (``runners/sandboxed/worker.py``)."""
 
 
 def script_processes(server_pid: int) -> set[int]:
-    tree = _children(server_pid)
-    return {pid for pid, ppid in tree.items() if ppid in tree and b"worker.py" in _cmdline(ppid)}
+    """The processes running a script: a zygote's child that has its run (named ``cm-run``; each zygote
+    also keeps one child forked ahead, ``cm-waiting``)."""
+    return {pid for pid in descendants(server_pid) if _name(pid) == RUNNING_NAME}
 
 
-def _cmdline(pid: int) -> bytes:
+def _name(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
     except OSError:
-        return b""
+        return ""
 
 
 def gone(pid: int) -> bool:
