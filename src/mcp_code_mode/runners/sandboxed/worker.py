@@ -17,6 +17,7 @@ starts from the same pristine state in about a millisecond instead of paying int
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import json
@@ -35,11 +36,17 @@ from cm_interpreters import import_interpreter, patch_line_tracking, run_cpython
 from cm_protocol import Channel, Output, jsonable
 
 
-def _prctl(option: int, value: int) -> None:
+@functools.cache
+def _libc() -> Any:
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int | bytes) -> None:
+    import ctypes
+
+    if _libc().prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
@@ -118,9 +125,7 @@ def _name(name: str) -> None:
     """Set this process's name (PR_SET_NAME). Not through /proc/self/comm: an undumpable process's
     /proc files belong to root."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name.encode()), 0, 0, 0)
+        _prctl(15, name.encode())
     except (OSError, AttributeError):  # no prctl (macOS): the name is only for people and tests
         pass
 
