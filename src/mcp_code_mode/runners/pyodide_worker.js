@@ -135,24 +135,21 @@ const stdin = {
 
 let nextId = 0;
 
-// Send a tool call and block until the host answers it: its `result` line. (The host answers the
-// calls of a run one at a time, in order, so an awaited call is answered the same way.)
+// Send a tool call and block until the host answers it: its `result` line, which Python parses. (The
+// host answers the calls of a run one at a time, in order, so an awaited call is answered the same
+// way.) The answer is recognised by its start, which the host writes compactly and in this order
+// (`bridge.encode`), so a large result is parsed once, by Python, not twice.
 function requestSync(server, tool, argumentsJson) {
   output.flush();
   nextId += 1;
-  const id = nextId;
+  const answer = `{"op":"result","id":${nextId},`;
   writeLine(
-    `{"op":"call","id":${id},"server":${jsonStringify(String(server))},` +
+    `{"op":"call","id":${nextId},"server":${jsonStringify(String(server))},` +
       `"tool":${jsonStringify(String(tool))},"arguments":${argumentsJson}}`,
   );
   for (;;) {
     const line = stdin.nextSync();
-    try {
-      const message = JSON.parse(line);
-      if (message.op === "result" && message.id === id) return line;
-    } catch {
-      // not a message: skip it
-    }
+    if (line.startsWith(answer)) return line;
   }
 }
 
