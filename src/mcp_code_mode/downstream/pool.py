@@ -8,6 +8,7 @@ in flight fails with ``ServerUnavailable`` naming it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -49,9 +50,10 @@ class ToolInfo:
     output_schema: dict[str, Any] | None
     title: str | None = None
 
-    @property
+    @functools.cached_property
     def schema_hash(self) -> str:
-        """A short hash of the tool's name and schemas: it changes when the tool's contract changes."""
+        """A short hash of the tool's name and schemas: it changes when the tool's contract changes.
+        Computed once (the bridge records it with every call)."""
         blob = json.dumps([self.name, self.input_schema, self.output_schema], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
