@@ -55,6 +55,8 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/basedpyright
+	$(BIN)/deno lint --no-config --quiet src/mcp_code_mode/runners/
+	$(BIN)/deno check --no-config --quiet src/mcp_code_mode/runners/deno_worker.ts
 
 typecheck: install
 	$(BIN)/basedpyright

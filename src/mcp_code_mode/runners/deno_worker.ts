@@ -30,7 +30,7 @@ const stringify = JSON.stringify;
 const parse = JSON.parse;
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
-const realExit = Deno.exit;
+const realExit: (code?: number) => never = Deno.exit;
 const realSetTimeout = setTimeout;
 const realClearTimeout = clearTimeout;
 const unrefTimer = Deno.unrefTimer;
@@ -111,7 +111,7 @@ class Output {
   dropped = 0;
   private pending: string[] = [];
   private pendingChars = 0;
-  private timer: number | null = null;
+  private timer: ReturnType<typeof realSetTimeout> | null = null;
 
   constructor(public cap: number) {}
 

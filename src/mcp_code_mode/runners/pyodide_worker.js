@@ -210,7 +210,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     flush: () => output.flush(),
     request,
     request_sync: requestSync,
-    echo: async (text) => text,
+    echo: (text) => Promise.resolve(text),
     next_message: null,
   };
   pyodide.registerJsModule("_codemode_host", hostModule);
