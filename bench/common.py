@@ -400,31 +400,30 @@ def descendants(parent: int, table: dict[int, int] | None = None) -> list[int]:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user + system, all threads) the processes have used so far; gone ones count 0."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICK
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-async def quiesce(window: float = 0.2, busy: float = 0.05, timeout: float = 10) -> float:
+async def quiesce(window: float = 0.1, busy: float = 0.1, timeout: float = 10) -> float:
     """Wait until this process's children are idle: under ``busy`` of one core over ``window``.
 
     A worker the pools just started goes on compiling in V8's background threads after it says ready
     (Pyodide optimizes its interpreter loop, about 0.35 s of CPU); a measurement made meanwhile
-    shares two cores with it. Returns the seconds waited (``timeout`` at most).
+    shares two cores with it. A process that appears during a window counts with all its CPU time.
+    Returns the seconds waited (``timeout`` at most).
     """
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
-        pids = descendants(os.getpid())
-        before = cpu_seconds(pids)
+        before = {pid: cpu_seconds(pid) for pid in descendants(os.getpid())}
         await anyio.sleep(window)
-        if cpu_seconds(pids) - before <= busy * window:
+        after = {pid: cpu_seconds(pid) for pid in descendants(os.getpid())}
+        used = sum(max(0.0, seconds - before.get(pid, 0.0)) for pid, seconds in after.items())
+        if used <= busy * window:
             break
     return time.perf_counter() - started
 
