@@ -10,7 +10,9 @@ order rotates), then N direct calls again. Each measurement starts once a warm w
 the server's processes are idle (``common.quiesce``: a worker the pool just started may still be
 compiling in the background). A script's time is the whole ``execute`` (hand-over to the worker, the
 calls, the answer). Ratio = a runner's median script time / the median of all direct batches.
-Target <= 1.25 (issue 2). One unmeasured run per runner comes first (module caches, JIT).
+Then, per runner, the same script straight on the runner with every call answered by the host at once
+(no downstream server): the bridge's own cost per call. Target <= 1.25 (issue 2). One unmeasured run
+per runner comes first (module caches, JIT).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from common import (
     wait_warm,
 )
 
+from mcp_code_mode.bridge import ToolDispatcher
+from mcp_code_mode.runners.base import RunRequest
+from mcp_code_mode.runners.local import SAFE_IMPORTS
+
 TARGET = 1.25
 PY = "s = 0\nfor i in range({n}):\n    s += fixture.add(a=i, b=1)['result']\nprint(s)"
 JS = "let s = 0;\nfor (let i = 0; i < {n}; i++) s += (await fixture.add({{ a: i, b: 1 }})).result;\nconsole.log(s);"
@@ -57,6 +63,33 @@ async def run_script(cm: Any, runner: str, n: int) -> float:
     elapsed, result = await timed(lambda: cm.execute(code, language, runner=runner, cache="off"))
     if not result.success or result.output.strip() != str(n * (n + 1) // 2) or result.tool_calls != n:
         raise SystemExit(f"{runner}: the {n}-call script failed: {result.error} {result.output[:200]!r}")
+    return elapsed
+
+
+class InstantDispatcher(ToolDispatcher):
+    """Answers every ``add`` at once, with no downstream server: what the bridge alone costs."""
+
+    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+        return {"value": {"result": int(arguments["a"]) + int(arguments["b"])}}
+
+
+async def run_bridge_only(cm: Any, runner: str, n: int) -> float:
+    """The N-call script on the runner itself (no engine around it), every call answered at once."""
+    language, code = script(runner, n)
+    chosen = cm.runners[runner]
+    request = RunRequest(
+        code=code,
+        language=language,
+        timeout=120,
+        max_output=100_000,
+        stubs=cm.bundle(chosen.stub_language),
+        authorized_imports=SAFE_IMPORTS,
+    )
+    await wait_warm(cm, runner)
+    await quiesce()
+    elapsed, outcome = await timed(lambda: chosen.run(request, InstantDispatcher(cm.pool, cm.index, n)))
+    if not outcome.success or outcome.output.strip() != str(n * (n + 1) // 2):
+        raise SystemExit(f"{runner}: the {n}-call script failed on its own: {outcome.error} {outcome.output[:200]!r}")
     return elapsed
 
 
@@ -80,6 +113,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     had_snapshot = snapshot_exists()
     scripts: dict[str, list[float]] = {r: [] for r in runners}
     paired: dict[str, list[float]] = {r: [] for r in runners}
+    alone: dict[str, list[float]] = {r: [] for r in runners}
     direct: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp, quiet_logs():
         cm = engine(
@@ -103,6 +137,8 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                 for runner, elapsed in timings.items():
                     scripts[runner].append(elapsed)
                     paired[runner].append(elapsed / ((before + after) / 2))
+                for runner in order:
+                    alone[runner].append(await run_bridge_only(cm, runner, n))
     table = section.table(
         f"{n} calls to the fixture server's `add`, {args.reps} interleaved repetitions (medians).",
         [
@@ -111,6 +147,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             f"{n} direct calls",
             "ratio",
             "overhead per call",
+            "the bridge alone, per call",
             "ratio per repetition",
         ],
     )
@@ -118,7 +155,9 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     for runner in runners:
         s = median(scripts[runner])
         pairs = ", ".join(f"{r:.2f}" for r in paired[runner])
-        table.rows.append([runner, ms(s), ms(d), ratio(s / d), f"{(s - d) / n * 1000:,.0f} µs", pairs])
+        per_call = f"{(s - d) / n * 1000:,.0f} µs"
+        bridge_alone = f"{median(alone[runner]) / n * 1000:,.0f} µs"
+        table.rows.append([runner, ms(s), ms(d), ratio(s / d), per_call, bridge_alone, pairs])
         low, high = min(paired[runner]), max(paired[runner])
         spread = f"{ratio(s / d)} (repetitions {low:.2f}–{high:.2f})"
         section.target(f"bridge ratio <= {TARGET} ({runner})", spread, s / d <= TARGET)
@@ -136,6 +175,14 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         "still be compiling in the background (Pyodide's optimizing compile of its interpreter loop takes "
         "about 0.35 s of CPU after the worker says ready). The ratio per repetition (script / the mean of "
         "the direct batches around it) shows the noise of a shared machine."
+    )
+    section.notes.append(
+        '"The bridge alone": the same script run on the runner directly (no engine around it), with '
+        "every call answered by the host at once instead of by the fixture server: the time a call "
+        "spends in the worker (the script's own loop included), the pipes and the host's bridge code. "
+        "Overhead per call minus that is how much "
+        "slower the downstream calls themselves ran with a worker's round trip between them (the server, "
+        "the host and the worker share two cores)."
     )
     if "pyodide" in runners and not had_snapshot:
         section.notes.append("The Pyodide snapshot did not exist before this section: its start made it.")
