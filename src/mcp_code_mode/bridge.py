@@ -37,8 +37,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One line, compact, keys in insertion order: the Pyodide worker knows the answer to its call
-    ``N`` by its start, ``{"op":"result","id":N,`` (and leaves the parsing to Python)."""
+    """One line, compact, keys in insertion order: the Pyodide worker takes a line that starts with
+    ``{"op":"result","id":N,`` as the answer to its call ``N`` without parsing it (Python does)."""
     return json.dumps(message, separators=(",", ":"), default=repr).encode() + b"\n"
 
 

@@ -6,12 +6,15 @@ Deno processes restoring Pyodide from the cached memory snapshot.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
 from mcp_code_mode.engine import CodeMode
@@ -301,3 +304,43 @@ async def test_execute_code_over_mcp_runs_a_script_under_pyodide(shared_dirs: di
     assert data is not None
     assert (data["success"], data["runner"], data["output"], data["returnValue"]) == (True, "pyodide", "OVER MCP\n", 5)
     assert data["toolCalls"] == 2
+
+
+async def test_the_worker_takes_any_well_formed_answer_and_skips_lines_that_are_not_its_own(
+    engine: CodeMode, tmp_path: Path
+) -> None:
+    """The worker takes the host's compact answer without parsing it; an answer written another way
+    still counts, and lines that are not the answer to the pending call are skipped."""
+    runner = engine.runners["pyodide"]
+    assert isinstance(runner, PyodideRunner)
+    argv = runner.setup.serve_argv(runner.setup.snapshot_path())
+    stubs = engine.bundle("python")
+    code = "print(fixture.add(a=1, b=2)['result'], fixture.add(a=3, b=4)['result'])"
+    async with await anyio.open_process(argv, cwd=tmp_path, env=runner.setup.environment()) as process:
+        assert process.stdin is not None and process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+
+        async def receive() -> dict[str, Any]:
+            return json.loads(await lines.receive_until(b"\n", 1 << 20))
+
+        async def send(text: str) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(text.encode() + b"\n")
+
+        with anyio.fail_after(60):
+            assert (await receive())["op"] == "ready"
+            run = {"op": "run", "code": code, "max_output": 1000, "namespaces": list(stubs.namespaces)}
+            await send(json.dumps({**run, "imports": [], "version": stubs.version, "stubs": stubs.source}))
+            assert (await receive())["op"] == "started"
+            first = await receive()
+            assert first["op"] == "call" and first["arguments"] == {"a": 1, "b": 2}
+            await send("not json")
+            await send('{"op":"result","id":99,"value":{"result":-1}}')  # someone else's answer
+            await send(json.dumps({"value": {"result": 3}, "id": first["id"], "op": "result"}))  # spaced, reordered
+            second = await receive()
+            assert second["op"] == "call" and second["arguments"] == {"a": 3, "b": 4}
+            await send(f'{{"op":"result","id":{second["id"]},"value":{{"result":7}}}}')
+            messages = [await receive(), await receive()]
+        process.kill()
+    assert messages[0] == {"op": "output", "data": "3 7\n"}
+    assert messages[1]["op"] == "done" and messages[1]["success"] is True

@@ -137,19 +137,26 @@ let nextId = 0;
 
 // Send a tool call and block until the host answers it: its `result` line, which Python parses. (The
 // host answers the calls of a run one at a time, in order, so an awaited call is answered the same
-// way.) The answer is recognised by its start, which the host writes compactly and in this order
-// (`bridge.encode`), so a large result is parsed once, by Python, not twice.
+// way.) The host writes the answer compactly, `op` and `id` first (`bridge.encode`): a line that starts
+// that way is taken as it is, so a large result is parsed once, by Python, not twice.
 function requestSync(server, tool, argumentsJson) {
   output.flush();
   nextId += 1;
-  const answer = `{"op":"result","id":${nextId},`;
+  const id = nextId;
+  const answer = `{"op":"result","id":${id},`;
   writeLine(
-    `{"op":"call","id":${nextId},"server":${jsonStringify(String(server))},` +
+    `{"op":"call","id":${id},"server":${jsonStringify(String(server))},` +
       `"tool":${jsonStringify(String(tool))},"arguments":${argumentsJson}}`,
   );
   for (;;) {
     const line = stdin.nextSync();
     if (line.startsWith(answer)) return line;
+    try {
+      const message = JSON.parse(line);
+      if (message.op === "result" && message.id === id) return line;
+    } catch {
+      // not a message: skip it
+    }
   }
 }
 
