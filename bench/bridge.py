@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """1. Bridge overhead: N tool calls from inside one script, against N direct calls from the host.
 
-    .venv/bin/python bench/bridge.py [--calls 500] [--reps 5] [--runners local cpython pyodide deno]
+    .venv/bin/python bench/bridge.py [--calls 500] [--reps 4] [--runners local cpython pyodide deno]
 
 One engine (``CodeMode``) over the Python fixture server. A repetition is N direct
 ``call_tool("fixture", "add")`` from the host through the engine's own pool session (the session the
@@ -191,7 +191,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
 def main() -> int:
     cli = parser(__doc__)
     cli.add_argument("--calls", type=int, default=500)
-    cli.add_argument("--reps", type=int, default=5)
+    cli.add_argument("--reps", type=int, default=4)
     cli.add_argument("--runners", nargs="+", default=list(RUNNERS), choices=RUNNERS)
     args = cli.parse_args()
     section = Section("bridge", "1. Bridge overhead", "")
