@@ -370,17 +370,23 @@ def wire_bytes(result: Any) -> int:
 # ----- processes --------------------------------------------------------------------------------
 
 
-def process_table() -> dict[int, int]:
-    """pid -> ppid of every process."""
-    table: dict[int, int] = {}
+def process_stats() -> dict[int, list[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, ...), of every process."""
+    stats: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text(encoding="utf-8")
             except OSError:
                 continue
-            table[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return table
+            stats[int(entry.name)] = stat.rsplit(")", 1)[1].split()
+    return stats
+
+
+def process_table(stats: dict[int, list[str]] | None = None) -> dict[int, int]:
+    """pid -> ppid of every process."""
+    stats = process_stats() if stats is None else stats
+    return {pid: int(fields[1]) for pid, fields in stats.items()}
 
 
 def descendants(parent: int, table: dict[int, int] | None = None) -> list[int]:
@@ -400,13 +406,12 @@ def descendants(parent: int, table: dict[int, int] | None = None) -> list[int]:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system, all threads) a process has used so far; 0 when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+def tree_cpu_seconds(parent: int) -> dict[int, float]:
+    """CPU time (user + system, all threads) used so far by each descendant of ``parent``: one read
+    of the process table."""
+    stats = process_stats()
+    pids = descendants(parent, process_table(stats))
+    return {pid: (int(stats[pid][11]) + int(stats[pid][12])) / _TICK for pid in pids}
 
 
 async def quiesce(window: float = 0.1, busy: float = 0.1, timeout: float = 10) -> float:
@@ -419,9 +424,9 @@ async def quiesce(window: float = 0.1, busy: float = 0.1, timeout: float = 10) -
     """
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
-        before = {pid: cpu_seconds(pid) for pid in descendants(os.getpid())}
+        before = tree_cpu_seconds(os.getpid())
         await anyio.sleep(window)
-        after = {pid: cpu_seconds(pid) for pid in descendants(os.getpid())}
+        after = tree_cpu_seconds(os.getpid())
         used = sum(max(0.0, seconds - before.get(pid, 0.0)) for pid, seconds in after.items())
         if used <= busy * window:
             break
