@@ -128,7 +128,8 @@ async def test_a_client_with_a_wrong_token_cannot_connect(server: ServerProcess)
 
 
 async def test_stateless_mode_answers_each_request_without_a_session(config: Path) -> None:
-    engine = CodeMode(CodeModeConfig.load(config, env=server_env()))
+    # output streams from the first line (no hold), so this short run sends its log message too
+    engine = CodeMode(CodeModeConfig.load(config, env=server_env(stream_output_after_ms="0")))
     app = build_http_app(engine, HttpOptions(stateless=True))
     transport = httpx2.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx2.AsyncClient(transport=transport) as http:

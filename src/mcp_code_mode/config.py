@@ -153,6 +153,10 @@ class Settings(BaseModel):
     or ``scheme://host:*``). Loopback origins are always accepted; another browser origin gets 403."""
     progress_interval_ms: int = Field(default=1000, gt=0)
     """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
+    stream_output_after_ms: int = Field(default=200, ge=0)
+    """How long a run goes before its printed output streams to the client as log messages, in ms: what
+    was printed until then goes out at that moment, later output as it is printed. A run that ends
+    sooner sends none (its result has all the output). 0 streams from the first line."""
 
     cache_ttl: float = Field(default=3600.0, ge=0)
     """Seconds during which ``cache="auto"`` replays a stored run that had no side effects."""

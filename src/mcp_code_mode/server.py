@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
@@ -136,20 +137,57 @@ def refused(error: CodeModeError, language: str) -> CallToolResult:
 class RunReporter:
     """Streams one ``execute_code`` run to its client: printed output as log messages, and progress.
 
-    Output goes out as ``notifications/message`` (level ``info``, logger ``stdout``) as the worker
-    sends it (chunks of about 50 ms). Progress (``notifications/progress``) is sent only when the
-    client's request carried a ``progressToken``: ``progress`` is the elapsed time in seconds and the
-    message names the tool calls made so far. A client that went away only stops the reports; the
-    run goes on (a cancelled request is what stops a run).
+    Output goes out as ``notifications/message`` (level ``info``, logger ``stdout``) once the run has
+    lasted ``hold`` seconds (``stream_output_after_ms``): what was printed before then goes out in one
+    message at that moment, and later output as the worker sends it (chunks of about 50 ms). A run
+    that ends sooner sends none: its result, which always has all the output, is already there, and
+    each notification costs the client a message to read. Progress (``notifications/progress``) is
+    sent only when the client's request carried a ``progressToken``: ``progress`` is the elapsed time
+    in seconds and the message names the tool calls made so far. A client that went away only stops
+    the reports; the run goes on (a cancelled request is what stops a run).
     """
 
-    def __init__(self, ctx: Context, server: CodeModeServer) -> None:
+    def __init__(self, ctx: Context, server: CodeModeServer, hold: float = 0.0) -> None:
         self._ctx = ctx
         self._gone = False
         self._log = server.logs_at(ctx.request_context, "info")
+        self._hold = hold
+        self._live = hold <= 0
+        self._held: list[str] = []
+        self._lock = anyio.Lock()  # held output goes out before anything printed after it
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[None]:
+        """Around the run: releases held output when the run outlasts ``hold``; a shorter run's is dropped."""
+        if self._live or not self._log:
+            yield
+            return
+
+        async def release() -> None:
+            await anyio.sleep(self._hold)
+            async with self._lock:
+                self._live = True
+                text, self._held = "".join(self._held), []
+                await self._send_output(text)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(release)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
 
     async def output(self, text: str) -> None:
         if self._gone or not self._log or not text:
+            return
+        async with self._lock:
+            if self._live:
+                await self._send_output(text)
+            else:
+                self._held.append(text)
+
+    async def _send_output(self, text: str) -> None:
+        if self._gone or not text:
             return
         with warnings.catch_warnings():
             # The SDK deprecates logging for the 2026-07-28 protocol, where it only delivers what a
@@ -309,20 +347,22 @@ def build_server(
         ] = "auto",
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
-        reporter = RunReporter(ctx, server) if ctx is not None else None
+        hold = engine.config.settings.stream_output_after_ms / 1000
+        reporter = RunReporter(ctx, server, hold) if ctx is not None else None
         try:
-            result = await engine.execute(
-                code,
-                language,
-                packages=packages,
-                timeout_ms=timeout,
-                allow_networking=allowNetworking,
-                description=description,
-                runner=runner,
-                on_output=reporter.output if reporter else None,
-                on_progress=reporter.progress if reporter else None,
-                cache=cache,
-            )
+            async with reporter.running() if reporter else contextlib.nullcontext():
+                result = await engine.execute(
+                    code,
+                    language,
+                    packages=packages,
+                    timeout_ms=timeout,
+                    allow_networking=allowNetworking,
+                    description=description,
+                    runner=runner,
+                    on_output=reporter.output if reporter else None,
+                    on_progress=reporter.progress if reporter else None,
+                    cache=cache,
+                )
         except CodeModeError as exc:
             return refused(exc, language)
         return to_call_result(result)
