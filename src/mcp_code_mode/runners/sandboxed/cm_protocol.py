@@ -47,10 +47,11 @@ class Channel:
         self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
 
-    def send(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    def send(self, *messages: dict[str, Any]) -> None:
+        """Send messages in one write: the host reads them at once."""
+        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
         with self._send_lock:
-            self._out.write(line)
+            self._out.write(data)
             self._out.flush()
 
     def forget_buffered(self) -> None:
@@ -151,10 +152,16 @@ class Output(io.TextIOBase):
         with self._lock:
             self._flush_locked()
 
-    def _flush_locked(self) -> None:
-        if self._pending:
-            self._channel.send({"op": "output", "data": "".join(self._pending)})
-            self._pending, self._pending_chars = [], 0
+    def finish(self, message: dict[str, Any]) -> None:
+        """Send what is pending and then ``message`` (the run's ``done``) in one write."""
+        with self._lock:
+            self._flush_locked(message)
+
+    def _flush_locked(self, *then: dict[str, Any]) -> None:
+        messages = [{"op": "output", "data": "".join(self._pending)}] if self._pending else []
+        self._pending, self._pending_chars = [], 0
+        if messages or then:
+            self._channel.send(*messages, *then)
 
     def __str__(self) -> str:
         return ""

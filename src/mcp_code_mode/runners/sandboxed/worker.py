@@ -173,10 +173,9 @@ def _child(channel: Channel, kind: str, reader: int, stubs: dict[str, Any], work
         result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
     cap = int(message.get("max_output", 100_000))
     result["returnValue"], cut = jsonable(result.pop("value", None), cap)
-    output.flush()
-    result["dropped"] = output.dropped + (1 if cut else 0)
     result["files"] = _list_files(workspace)
-    channel.send({"op": "done", **result})
+    result["dropped"] = output.dropped + (1 if cut else 0)
+    output.finish({"op": "done", **result})  # the last output and done in one write
 
 
 def _list_files(workspace: str, limit: int = 200) -> list[dict[str, Any]]:
