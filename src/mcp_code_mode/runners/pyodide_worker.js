@@ -32,8 +32,8 @@ for (const name of ["log", "info", "debug", "dir", "table", "trace"]) {
   console[name] = console.error;
 }
 
-function send(message) {
-  writeLine(jsonStringify(message));
+function send(...messages) {
+  writeLine(messages.map((m) => jsonStringify(m)).join("\n"));
 }
 
 function writeLine(line) {
@@ -73,12 +73,12 @@ const output = {
     }
   },
 
-  flush() {
-    if (this.pending.length > 0) {
-      send({ op: "output", data: this.pending.join("") });
-      this.pending = [];
-      this.pendingChars = 0;
-    }
+  /** Send what is pending, then `then` (the run's done) in the same write: the host reads them at once. */
+  flush(...then) {
+    const messages = this.pending.length > 0 ? [{ op: "output", data: this.pending.join("") }] : [];
+    this.pending = [];
+    this.pendingChars = 0;
+    if (messages.length + then.length > 0) send(...messages, ...then);
     this.lastFlush = performance.now();
   },
 };
@@ -294,8 +294,7 @@ async function runOnce(pyodide, message, line, deliver, serving, paths) {
   } catch (error) {
     done = { success: false, error: { type: "RunnerError", message: String(error?.message ?? error) } };
   }
-  output.flush();
-  send({ op: "done", ...done, dropped: output.dropped });
+  output.flush({ op: "done", ...done, dropped: output.dropped });
 }
 
 function lockDown(allowNetwork, readable) {
