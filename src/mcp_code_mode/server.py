@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import warnings
@@ -349,8 +348,9 @@ def build_server(
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.config.settings.stream_output_after_ms / 1000
         reporter = RunReporter(ctx, server, hold) if ctx is not None else None
-        try:
-            async with reporter.running() if reporter else contextlib.nullcontext():
+
+        async def run() -> CallToolResult:
+            try:
                 result = await engine.execute(
                     code,
                     language,
@@ -363,9 +363,14 @@ def build_server(
                     on_progress=reporter.progress if reporter else None,
                     cache=cache,
                 )
-        except CodeModeError as exc:
-            return refused(exc, language)
-        return to_call_result(result)
+            except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
+                return refused(exc, language)
+            return to_call_result(result)
+
+        if reporter is None:
+            return await run()
+        async with reporter.running():
+            return await run()
 
     @server.tool(name="get_execution_limits")
     def get_execution_limits() -> dict[str, Any]:
