@@ -11,17 +11,26 @@ the server's processes are idle (``common.quiesce``: a worker the pool just star
 compiling in the background). A script's time is the whole ``execute`` (hand-over to the worker, the
 calls, the answer). Ratio = a runner's median script time / the median of all direct batches.
 Then, per runner, the same script straight on the runner with every call answered by the host at once
-(no downstream server): the bridge's own cost per call. Target <= 1.25 (issue 2). One unmeasured run
-per runner comes first (module caches, JIT).
+(no downstream server): the bridge's own cost per call. And in each repetition, a control: the direct
+calls with each answer echoed by a bare process (one process round trip per call and nothing else, the
+floor under any out-of-process runner). Target <= 1.25 (issue 2). One unmeasured run per runner (and of
+the control) comes first (module caches, JIT).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import anyio
+from anyio.abc import ByteSendStream
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,7 +51,7 @@ from common import (
     wait_warm,
 )
 
-from mcp_code_mode.bridge import ToolDispatcher
+from mcp_code_mode.bridge import ToolDispatcher, encode
 from mcp_code_mode.runners.base import RunRequest
 from mcp_code_mode.runners.local import SAFE_IMPORTS
 
@@ -93,12 +102,30 @@ async def run_bridge_only(cm: Any, runner: str, n: int) -> float:
     return elapsed
 
 
-async def run_direct(cm: Any, n: int) -> float:
+ECHO = "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line)\n    sys.stdout.buffer.flush()"
+"""A bare process that sends every line back: a round trip to another process, with no script."""
+
+
+@asynccontextmanager
+async def echo_process() -> AsyncGenerator[tuple[ByteSendStream, BufferedByteReceiveStream]]:
+    async with await anyio.open_process([sys.executable, "-I", "-u", "-c", ECHO]) as process:
+        assert process.stdin is not None and process.stdout is not None
+        yield process.stdin, BufferedByteReceiveStream(process.stdout)
+
+
+async def run_direct(cm: Any, n: int, echo: tuple[ByteSendStream, BufferedByteReceiveStream] | None = None) -> float:
+    """N direct calls; with ``echo``, each answer also goes through the echo process and back, as the
+    host sends a worker its result (and reads its next call)."""
+
     async def calls() -> int:
         total = 0
         for i in range(n):
             result = await cm.pool.call_tool("fixture", "add", {"a": i, "b": 1})
-            total += int((result.structured_content or {})["result"])
+            value = result.structured_content or {}
+            if echo is not None:
+                await echo[0].send(encode({"op": "result", "id": i, "value": value}))
+                value = json.loads(await echo[1].receive_until(b"\n", 1 << 20))["value"]
+            total += int(value["result"])
         return total
 
     await quiesce()
@@ -115,6 +142,8 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     paired: dict[str, list[float]] = {r: [] for r in runners}
     alone: dict[str, list[float]] = {r: [] for r in runners}
     direct: list[float] = []
+    echoed: list[float] = []
+    echoed_paired: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp, quiet_logs():
         cm = engine(
             {"fixture": fixture_entry()},
@@ -124,16 +153,19 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             pyodide_pool_size=1 if "pyodide" in runners else 0,
             cache_embedder="none",
         )
-        async with cm:
+        async with cm, echo_process() as echo:
             for runner in runners:
                 await run_script(cm, runner, 20)
+            await run_direct(cm, 20, echo)
             for rep in range(args.reps):
                 # A direct batch before and after the runners' scripts, whose order rotates.
                 before = await run_direct(cm, n)
                 order = runners[rep % len(runners) :] + runners[: rep % len(runners)]
                 timings = {runner: await run_script(cm, runner, n) for runner in order}
+                echoed.append(await run_direct(cm, n, echo))
                 after = await run_direct(cm, n)
                 direct += [before, after]
+                echoed_paired.append(echoed[-1] / ((before + after) / 2))
                 for runner, elapsed in timings.items():
                     scripts[runner].append(elapsed)
                     paired[runner].append(elapsed / ((before + after) / 2))
@@ -148,16 +180,18 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             "ratio",
             "overhead per call",
             "the bridge alone, per call",
+            "vs the echo process",
             "ratio per repetition",
         ],
     )
     d = median(direct)
+    e = median(echoed)
     for runner in runners:
         s = median(scripts[runner])
         pairs = ", ".join(f"{r:.2f}" for r in paired[runner])
         per_call = f"{(s - d) / n * 1000:,.0f} µs"
         bridge_alone = f"{median(alone[runner]) / n * 1000:,.0f} µs"
-        table.rows.append([runner, ms(s), ms(d), ratio(s / d), per_call, bridge_alone, pairs])
+        table.rows.append([runner, ms(s), ms(d), ratio(s / d), per_call, bridge_alone, ratio(s / e), pairs])
         low, high = min(paired[runner]), max(paired[runner])
         spread = f"{ratio(s / d)} (repetitions {low:.2f}–{high:.2f})"
         section.target(f"bridge ratio <= {TARGET} ({runner})", spread, s / d <= TARGET)
@@ -183,6 +217,18 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         "Overhead per call minus that is how much "
         "slower the downstream calls themselves ran with a worker's round trip between them (the server, "
         "the host and the worker share two cores)."
+    )
+    pairs = ", ".join(f"{r:.2f}" for r in echoed_paired)
+    per_call = f"{(e - d) / n * 1000:,.0f} µs"
+    table.rows.append(["(no script: an echo process)", ms(e), ms(d), ratio(e / d), per_call, "", "", pairs])
+    section.notes.append(
+        '"(no script: an echo process)": the direct calls again, but after each call the host sends the '
+        "answer to a bare Python process that sends it straight back (`bridge.encode`, a pipe each way), "
+        "as it sends a worker its result and reads the next call. No script, no stubs, no runner: what "
+        "one round trip to another process per call costs on this machine, the floor under any runner "
+        "that keeps the script out of the server's process. \"vs the echo process\" is a runner's script "
+        "time over that row's: what the runner adds above the floor. The target is still judged against "
+        "the direct calls."
     )
     if "pyodide" in runners and not had_snapshot:
         section.notes.append("The Pyodide snapshot did not exist before this section: its start made it.")
