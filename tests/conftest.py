@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -194,3 +195,20 @@ async def http_client(url: str, token: str | None = None, **options: Any) -> Asy
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="legacy", **options) as client:
             yield client
+
+
+@asynccontextmanager
+async def executing(client: Client, code: str) -> AsyncGenerator[list[dict[str, Any]]]:
+    """Run ``code`` (Python, cache off) as ``execute_code`` in the background while the body runs; the
+    list it yields gets the result's structured content once the call answers (empty until then)."""
+    done: list[dict[str, Any]] = []
+
+    async def call() -> None:
+        result = await client.call_tool("execute_code", {"language": "python", "code": code, "cache": "off"})
+        assert result.structured_content is not None
+        done.append(result.structured_content)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            yield done

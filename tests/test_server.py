@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import anyio
 import pytest
@@ -14,7 +13,7 @@ from mcp.types import LoggingMessageNotificationParams
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.server import build_server
 
-from .conftest import fixture_entry, make_config
+from .conftest import executing, fixture_entry, make_config
 
 pytestmark = pytest.mark.anyio
 
@@ -81,23 +80,14 @@ async def test_output_printed_before_the_hold_goes_out_in_one_message_while_the_
         logs.append(params.data)
         early.set()
 
-    done: list[dict[str, Any]] = []
     # The worker sends "a" and "b" in two chunks (its flusher runs every 50 ms); the server holds
     # them until the run has lasted 600 ms, then sends them together; "c" streams as it is printed.
     code = "import time\nprint('a')\ntime.sleep(0.15)\nprint('b')\ntime.sleep(2)\nprint('c')\ntime.sleep(0.3)"
     engine = CodeMode(make_config({}, pool_size=1, stream_output_after_ms=600))
     async with Client(build_server(engine), mode="legacy", logging_callback=on_log) as client:
-
-        async def call() -> None:
-            result = await client.call_tool("execute_code", {"language": "python", "code": code, "cache": "off"})
-            assert result.structured_content is not None
-            done.append(result.structured_content)
-
-        with anyio.fail_after(60):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                await early.wait()
-                assert not done, "the held output arrived only with the result"
-                assert logs == ["a\nb\n"]
+        async with executing(client, code) as done:
+            await early.wait()
+            assert not done, "the held output arrived only with the result"
+            assert logs == ["a\nb\n"]
     assert done[0]["output"] == "a\nb\nc\n"
     assert logs == ["a\nb\n", "c\n"]

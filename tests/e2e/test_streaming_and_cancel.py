@@ -12,14 +12,22 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import LoggingMessageNotificationParams
 
-from ..conftest import alive, child_pids, fixture_entry, http_client, http_server, server_env, write_config
+from ..conftest import (
+    alive,
+    child_pids,
+    executing,
+    fixture_entry,
+    http_client,
+    http_server,
+    server_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -109,20 +117,11 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 async def test_printed_output_arrives_as_log_messages_while_the_script_runs(session: Session) -> None:
     first = anyio.Event()
     session.on_log = lambda params: first.set() if "first line" in str(params.data) else None
-    done: list[dict[str, Any]] = []
     code = "import time\nprint('first line')\ntime.sleep(1.5)\nprint('second line')\n"
-
-    async def call() -> None:
-        # cache "off": this test is about a run's own output; a replay would answer at once
-        result = await session.client.call_tool("execute_code", {"language": "python", "code": code, "cache": "off"})
-        assert result.structured_content is not None
-        done.append(result.structured_content)
-
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            await first.wait()
-            assert not done, "the first line arrived only with the result"
+    # cache "off" (executing): this test is about a run's own output; a replay would answer at once
+    async with executing(session.client, code) as done:
+        await first.wait()
+        assert not done, "the first line arrived only with the result"
     assert done[0]["output"] == "first line\nsecond line\n"
     texts = [str(p.data) for _, p in session.logs]
     assert "first line\n" in texts and "second line\n" in texts
