@@ -278,9 +278,9 @@ class CodeMode:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
         requirements = self._validate_packages(lang, packages or [])
         key = code_key(lang, chosen.name, code, requirements)
-        # in a worker thread: a hit is counted, and another process may hold the write lock a moment
-        # ("off" reads and writes nothing: no thread hop, which is a few hundred µs on a busy host)
-        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key) if mode != "off" else None
+        # In a worker thread: a hit is counted, and another process may hold the write lock a moment.
+        # A mode that reads nothing skips the thread hop (a few hundred µs on a busy host).
+        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key) if self.scripts.reads(mode) else None
         if hit is not None:  # a replay reports once, all at once: its output and where it is
             if on_output is not None and hit.output:
                 await on_output(hit.output)
@@ -337,7 +337,7 @@ class CodeMode:
                 network=network and (chosen.name != "local" or bool(requirements)),
                 execution_ms=outcome.duration * 1000,
             )
-        if mode != "off":
+        if self.scripts.writes(mode):
             await anyio.to_thread.run_sync(self.scripts.after_run, mode, new)
         return RunResult.model_validate(
             {

@@ -97,13 +97,21 @@ class ScriptCache:
             return False
         return all(current(t.server, t.tool) == t.schema_hash for t in script.tools)
 
+    def reads(self, mode: CacheMode) -> bool:
+        """Whether ``lookup`` in ``mode`` consults the store (else it is None at once)."""
+        return self.store is not None and mode not in ("off", "refresh")
+
+    def writes(self, mode: CacheMode) -> bool:
+        """Whether ``after_run`` in ``mode`` writes to the store (else it does nothing)."""
+        return self.store is not None and mode != "off"
+
     def lookup(self, mode: CacheMode, key: str) -> StoredScript | None:
         """The stored run that answers a request in ``mode``, or None (run it).
 
         A hit is counted here; a miss is counted by ``after_run``, so that nothing is written
         before a script runs.
         """
-        if self.store is None or mode in ("off", "refresh"):
+        if self.store is None or not self.reads(mode):
             return None
         try:
             for script in self.store.candidates(key):
@@ -119,7 +127,7 @@ class ScriptCache:
 
     def after_run(self, mode: CacheMode, script: NewScript | None) -> StoredScript | None:
         """Count the missed lookup and store a successful run (blocking: call it in a worker thread)."""
-        if self.store is None or mode == "off":
+        if self.store is None or not self.writes(mode):
             return None
         counted = mode in ("auto", "reuse")
         try:
