@@ -6,7 +6,7 @@ import json
 import logging
 import warnings
 from collections.abc import AsyncGenerator, Generator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Annotated, Any, get_args
 from weakref import WeakKeyDictionary
 
@@ -348,8 +348,7 @@ def build_server(
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.config.settings.stream_output_after_ms / 1000
         reporter = RunReporter(ctx, server, hold) if ctx is not None else None
-
-        async def run() -> CallToolResult:
+        async with reporter.running() if reporter else nullcontext():
             try:
                 result = await engine.execute(
                     code,
@@ -365,12 +364,7 @@ def build_server(
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
                 return refused(exc, language)
-            return to_call_result(result)
-
-        if reporter is None:
-            return await run()
-        async with reporter.running():
-            return await run()
+        return to_call_result(result)
 
     @server.tool(name="get_execution_limits")
     def get_execution_limits() -> dict[str, Any]:
