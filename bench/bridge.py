@@ -165,10 +165,11 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                 echoed.append(await run_direct(cm, n, echo))
                 after = await run_direct(cm, n)
                 direct += [before, after]
-                echoed_paired.append(echoed[-1] / ((before + after) / 2))
+                around = (before + after) / 2
+                echoed_paired.append(echoed[-1] / around)
                 for runner, elapsed in timings.items():
                     scripts[runner].append(elapsed)
-                    paired[runner].append(elapsed / ((before + after) / 2))
+                    paired[runner].append(elapsed / around)
                 for runner in order:
                     alone[runner].append(await run_bridge_only(cm, runner, n))
     table = section.table(
