@@ -9,6 +9,7 @@ Every error the package raises on purpose derives from one base class::
     ├── UnsupportedError       a language, runner or feature this build does not offer (yet)
     ├── PackageError           a package request that is not allowed, or an install that failed
     └── RunnerError            a runner could not start or talk to its worker process
+        └── ProtocolError      a run sent bytes that are not a valid bridge message (ends that run only)
 
 A failing *script* is not an exception: it is a ``RunResult`` with ``success=False``. A failing
 downstream *tool* is a result too (``is_error``); inside the sandbox it surfaces as ``ToolError``.
@@ -52,3 +53,8 @@ class PackageError(CodeModeError):
 
 class RunnerError(CodeModeError):
     """A runner could not start its worker process or lost the connection to it."""
+
+
+class ProtocolError(RunnerError):
+    """What a run sent on its channel is not a valid bridge message: malformed, too large, too deep,
+    an unknown op, or a field of the wrong type. It ends that run with this message; nothing else."""

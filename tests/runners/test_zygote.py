@@ -1,14 +1,18 @@
-"""The zygote worker program itself (``runners/sandboxed/worker.py``), driven over its pipes.
+"""The zygote worker program itself (``runners/sandboxed/worker.py``), driven over its channels.
 
-It forks each run's child ahead of time; these tests pin what that must not change: a child
-reads the host's replies, not what the zygote had read ahead, and no run sees another's state.
+It forks each run's child ahead of time and passes the host that child's own run channel; these
+tests pin what that must not change: a child answers on its run channel only, holds none of the
+zygote's channels, and no run sees another's state.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,81 +20,149 @@ import pytest
 
 from mcp_code_mode.runners.process import python_worker_argv
 
-
-def _send(stdin: IO[bytes], *messages: dict[str, Any]) -> None:
-    stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))  # one write: all in the pipe at once
-    stdin.flush()
-
-
-def _receive(stdout: IO[bytes]) -> dict[str, Any]:
-    line = stdout.readline()
-    assert line, "the worker closed its output"
-    return json.loads(line)
-
-
-def _until(stdout: IO[bytes], op: str) -> list[dict[str, Any]]:
-    seen = [_receive(stdout)]
-    while seen[-1]["op"] != op:
-        seen.append(_receive(stdout))
-    return seen
-
-
 STUBS = "def add(a, b):\n    return _call('fixture', 'add', {'a': a, 'b': b}, {})\n"
 
 
+def _receive(stream: IO[bytes]) -> dict[str, Any]:
+    line = stream.readline()
+    assert line, "the other end closed"
+    return json.loads(line)
+
+
+class Zygote:
+    def __init__(self, kind: str, workspace: Path) -> None:
+        self.runs, child = socket.socketpair()
+        argv = [sys.executable, "-I", *python_worker_argv(kind), "--workspace", str(workspace)]
+        argv += ["--sys-path", ":".join(p for p in sys.path if p), "--runs-fd", str(child.fileno())]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=[child.fileno()])
+        child.close()
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        self.run: socket.socket | None = None
+        self.reader: IO[bytes] | None = None
+        self.ready()
+
+    def send(self, *messages: dict[str, Any]) -> None:
+        self.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        self.stdin.flush()
+
+    def control(self) -> dict[str, Any]:
+        return _receive(self.stdout)
+
+    def ready(self) -> dict[str, Any]:
+        """Read control messages until ``ready``; take the new run channel that came with it."""
+        while (message := self.control())["op"] != "ready":
+            assert message["op"] == "exit", message
+        _, fds, _, _ = socket.recv_fds(self.runs, 1, 1)
+        assert len(fds) == 1
+        if self.run is not None:
+            self.run.close()
+        self.run = socket.socket(fileno=fds[0])
+        self.reader = self.run.makefile("rb")
+        return message
+
+    def on_run(self) -> dict[str, Any]:
+        assert self.reader is not None
+        return _receive(self.reader)
+
+    def answer(self, message: dict[str, Any]) -> None:
+        assert self.run is not None
+        self.run.sendall(json.dumps(message).encode() + b"\n")
+
+    def until_done(self) -> list[dict[str, Any]]:
+        seen = [self.on_run()]
+        while seen[-1]["op"] != "done":
+            seen.append(self.on_run())
+        return seen
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for stream in (self.stdin, self.stdout, self.reader, self.run, self.runs):
+            if stream is not None:
+                stream.close()
+
+
 @pytest.fixture
-def worker(tmp_path: Path, request: pytest.FixtureRequest):
-    kind = request.param
-    argv = [sys.executable, "-I", *python_worker_argv(kind), "--workspace", str(tmp_path)]
-    argv += ["--sys-path", ":".join(p for p in sys.path if p)]
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert process.stdin is not None and process.stdout is not None
-    assert _receive(process.stdout)["op"] == "ready"
-    with process:
-        yield process
-        process.kill()
+def zygote(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Zygote]:
+    worker = Zygote(request.param, tmp_path)
+    try:
+        yield worker
+    finally:
+        worker.close()
 
 
-def _run(code: str, version: int = 1, **extra: Any) -> dict[str, Any]:
+def _run(code: str, version: int = 1) -> dict[str, Any]:
     return {"op": "run", "code": code, "max_output": 1000, "namespaces": ["fixture"], "imports": [], "version": version}
 
 
-@pytest.mark.parametrize("worker", ["local", "cpython"], indirect=True)
-def test_a_tool_reply_reaches_the_child_when_prepare_and_run_arrive_together(worker: subprocess.Popen[bytes]) -> None:
-    stdin, stdout = worker.stdin, worker.stdout
-    assert stdin is not None and stdout is not None
+@pytest.mark.parametrize("zygote", ["local", "cpython"], indirect=True)
+def test_a_tool_call_and_its_reply_travel_on_the_run_channel(zygote: Zygote) -> None:
     fixture = "class fixture:\n    add = staticmethod(add)\n"
-    _send(
-        stdin,
-        {"op": "prepare", "stubs": STUBS + fixture, "version": 1},
-        _run("x = fixture.add(a=2, b=3)\nprint('sum', x)\nx * 10"),
-    )
-    call = next(m for m in _until(stdout, "call") if m["op"] == "call")
+    zygote.send({"op": "prepare", "stubs": STUBS + fixture, "version": 1})
+    zygote.ready()
+    zygote.send(_run("x = fixture.add(a=2, b=3)\nprint('sum', x)\nx * 10"))
+    call = zygote.on_run()
+    assert call["op"] == "call"
     assert (call["server"], call["tool"], call["arguments"]) == ("fixture", "add", {"a": 2, "b": 3})
-    _send(stdin, {"op": "result", "id": call["id"], "value": 5})
-    messages = _until(stdout, "done")
+    zygote.answer({"op": "result", "id": call["id"], "value": 5})
+    messages = zygote.until_done()
     done = messages[-1]
     assert done["success"], done
     assert done["returnValue"] == 50
     assert "".join(m["data"] for m in messages if m["op"] == "output") == "sum 5\n"
-    assert _until(stdout, "ready")[-1]["op"] == "ready"
+    assert zygote.control() == {"op": "exit", "status": "exit code 0"}
+    assert zygote.ready()["op"] == "ready"
 
 
-@pytest.mark.parametrize("worker", ["local", "cpython"], indirect=True)
-def test_each_run_starts_from_the_same_state_and_new_stubs_take_effect(worker: subprocess.Popen[bytes]) -> None:
-    stdin, stdout = worker.stdin, worker.stdout
-    assert stdin is not None and stdout is not None
+@pytest.mark.parametrize("zygote", ["local", "cpython"], indirect=True)
+def test_each_run_starts_from_the_same_state_and_new_stubs_take_effect(zygote: Zygote) -> None:
     first = "class fixture:\n    marker = 'first'\n"
     leak = "fixture.marker = 'changed by a run'\nleft = 1\nfixture.marker"
-    _send(stdin, {"op": "prepare", "stubs": first, "version": 1}, _run(leak))
-    assert _until(stdout, "done")[-1]["returnValue"] == "changed by a run"
-    _until(stdout, "ready")
-    _send(stdin, _run("fixture.marker"))
-    assert _until(stdout, "done")[-1]["returnValue"] == "first"
-    _until(stdout, "ready")
-    _send(stdin, _run("left"))
-    assert _until(stdout, "done")[-1]["success"] is False
-    _until(stdout, "ready")
-    second = "class fixture:\n    marker = 'second'\n"
-    _send(stdin, {**_run("fixture.marker", version=2), "stubs": second})
-    assert _until(stdout, "done")[-1]["returnValue"] == "second"
+    zygote.send({"op": "prepare", "stubs": first, "version": 1})
+    zygote.ready()
+    zygote.send(_run(leak))
+    assert zygote.until_done()[-1]["returnValue"] == "changed by a run"
+    zygote.ready()
+    zygote.send(_run("fixture.marker"))
+    assert zygote.until_done()[-1]["returnValue"] == "first"
+    zygote.ready()
+    zygote.send(_run("left"))
+    assert zygote.until_done()[-1]["success"] is False
+    zygote.ready()
+    zygote.send({"op": "prepare", "stubs": "class fixture:\n    marker = 'second'\n", "version": 2})
+    zygote.ready()
+    zygote.send(_run("fixture.marker", version=2))
+    assert zygote.until_done()[-1]["returnValue"] == "second"
+
+
+@pytest.mark.parametrize("zygote", ["cpython"], indirect=True)
+def test_a_run_holds_no_channel_of_the_zygote_and_its_forged_ready_goes_nowhere(zygote: Zygote) -> None:
+    # The script writes a forged done and ready on every descriptor it has, then ends. The only
+    # socket it holds is its own run channel; the zygote's control channel carries its own exit and
+    # ready, and the host gets a new run channel with that ready.
+    forge = (
+        "import os, json\n"
+        "fds = sorted(int(n) for n in os.listdir('/proc/self/fd'))\n"
+        "kinds = {}\n"
+        "for fd in fds:\n"
+        "    try:\n"
+        "        kinds[fd] = os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "line = json.dumps({'op': 'ready', 'child': 1}).encode() + b'\\n'\n"
+        "for fd in fds:\n"
+        "    try:\n"
+        "        os.write(fd, line)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "[v for v in kinds.values() if v.startswith('socket:')]"
+    )
+    zygote.send(_run(forge))
+    messages = zygote.until_done()
+    sockets = messages[-1]["returnValue"]
+    assert len(set(sockets)) == 1, sockets  # its own run channel (read and write ends), nothing else
+    assert messages[0] == {"op": "ready", "child": 1}  # what it forged arrived on its own channel only
+    assert zygote.control()["op"] == "exit"
+    ready = zygote.ready()
+    assert ready["child"] != 1 and ready["child"] != os.getpid()

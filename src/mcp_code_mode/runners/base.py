@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from ..bridge import ToolDispatcher
+from ..bridge import ErrorInfo, FileInfo, RunOutcome, ToolDispatcher
 
 OutputCallback = Callable[[str], Awaitable[None]]
 """Receives printed output while a run goes on (see ``RunRequest.on_output``)."""
@@ -47,35 +47,6 @@ class RunRequest:
     """Packages the request asked for (``packages`` of ``execute_code``); runners that take none get ()."""
 
 
-@dataclass
-class ErrorInfo:
-    type: str
-    message: str
-    line: int | None = None
-    traceback: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "message": self.message, "line": self.line, "traceback": self.traceback}
-
-
-@dataclass
-class FileInfo:
-    path: str
-    size: int
-
-
-@dataclass
-class RunOutcome:
-    success: bool
-    output: str = ""
-    truncated: bool = False
-    return_value: Any = None
-    error: ErrorInfo | None = None
-    files: list[FileInfo] = field(default_factory=list)
-    duration: float = 0.0
-    """Seconds from sending the code to the end of the run."""
-
-
 class Runner(Protocol):
     """Executes code in a child process (or WebAssembly) that it can kill."""
 
@@ -108,3 +79,6 @@ class Runner(Protocol):
         ...
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome: ...
+
+
+__all__ = ["ErrorInfo", "FileInfo", "OutputCallback", "RunOutcome", "RunRequest", "Runner", "StubBundle"]

@@ -98,6 +98,8 @@ class DenoRunner(ProcessRunner):
     name = "deno"
     languages: tuple[str, ...] = ("javascript", "typescript")
     stub_language = "typescript"
+    reuse_workers = False
+    """A Deno worker runs the script in its own process: it never serves a second run."""
     installs_packages = True
     """npm packages go into Deno's cache (``ensure_cached``), not into a Python environment."""
 
@@ -192,8 +194,8 @@ class DenoRunner(ProcessRunner):
             javascript=javascript,
         )
 
-    async def _died(self, worker: Worker, status: str | None) -> RunOutcome:
-        outcome = await super()._died(worker, status)
+    async def _died(self, worker: Worker) -> RunOutcome:
+        outcome = await super()._died(worker)
         tail = worker.stderr_tail()
         if "Top-level await promise never resolved" in tail:
             where = re.search(r"data:application/\w+;base64,[^:\s]*:(\d+):\d+", tail)

@@ -5,9 +5,12 @@
  * The host (runners/deno.py) starts it in the run's workspace with Deno's permissions limited to
  * reading and writing that directory, plus network (revoked below unless the run allows it); no
  * environment, subprocesses, FFI or system information. It talks to the host over JSON lines on
- * stdin and stdout (see mcp_code_mode/bridge.py):
+ * stdin and stdout (see mcp_code_mode/bridge/messages.py). It says "ready" once, before any script
+ * ran; from the run message on, the host reads only the run's own messages (a script that reaches
+ * fds 0 and 1 can write on them, so they are untrusted input about this run alone), and the process
+ * never serves another run:
  *
- *   worker → host   {"op": "ready"}, {"op": "started"}, {"op": "call", id, server, tool, arguments},
+ *   worker → host   {"op": "ready"}, {"op": "call", id, server, tool, arguments},
  *                   {"op": "output", data}, {"op": "done", success, returnValue, error, dropped, files}
  *   host → worker   {"op": "run", code, language, allow_network, max_output, functions, packages},
  *                   {"op": "result", id, value} or {"op": "result", id, error: {message, server, tool}}
@@ -429,7 +432,6 @@ async function run(message: RunMessage): Promise<void> {
   defineTools(message.functions);
   const loaded = new Map<string, Record<string, unknown>>();
   phase = "running";
-  send({ op: "started" });
   try {
     for (const { name, specifier } of message.packages) loaded.set(name, await import(specifier));
     defineRequire(loaded);

@@ -3,15 +3,20 @@
 ``WorkerPool`` keeps ``size`` workers of one profile in existence (idle, busy or starting), hands one
 out per run, takes it back after a clean run (a zygote says ``ready`` again) or kills and replaces
 it, and never loses track of a process: closing the pool kills every worker it started.
+
+A worker's stdin and stdout are its control channel. A zygote (``SandboxSpec.zygote``) also gets a
+socket (``--runs-fd``) on which it passes the host one new run channel per pre-forked child, right
+before each ``ready``; a worker that runs user code itself has no other channel, says ``ready`` once,
+before any user code, and serves one run (its runner sets ``reuse_workers = False``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 from collections import deque
 from collections.abc import Callable
@@ -19,17 +24,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import Process, TaskGroup
+from anyio.abc import Process, TaskGroup, UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..bridge import MAX_MESSAGE_BYTES, encode
-from ..errors import RunnerError
+from ..bridge import MAX_MESSAGE_BYTES, LineChannel, decode, encode
+from ..errors import ProtocolError, RunnerError
 from ..sandbox import Profile, SandboxSpec
 from .base import StubBundle
 
 logger = logging.getLogger(__name__)
 
 WORKER_START_TIMEOUT = 60.0
+REAP_TIMEOUT = 3.0
+"""Seconds a zygote has, after its run said ``done`` or closed its channel, to report the run's end."""
+READY_TIMEOUT = 10.0
+"""Seconds a zygote has, after that, to clean up and say ``ready`` again."""
 _STDERR_LINES = 40
 
 Launcher = Callable[[Profile], SandboxSpec]
@@ -40,12 +49,20 @@ Launcher = Callable[[Profile], SandboxSpec]
 class Worker:
     process: Process
     stream: BufferedByteReceiveStream
+    """The control channel's receiving side (the worker's stdout)."""
     spec: SandboxSpec
     release: Callable[[SandboxSpec], None]
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_LINES))
     stubs_version: int | None = None
     child_pid: int | None = None
-    """The running child's pid as the host sees it (unknown inside a pid namespace)."""
+    """The pre-forked child's pid, as the zygote reported it (used only where pids are the host's, and
+    only after checking that the process is the zygote's child)."""
+    runs: UNIXSocketStream | None = None
+    """A zygote's socket on which each run channel arrives."""
+    channel: LineChannel | None = None
+    """The run channel of the next run (a zygote's child), once received."""
+    exit_status: str | None = None
+    """How the last run's process ended, as the zygote reported it."""
     killed: bool = False
 
     def __hash__(self) -> int:
@@ -54,35 +71,94 @@ class Worker:
     def __eq__(self, other: object) -> bool:
         return self is other
 
+    @property
+    def zygote(self) -> bool:
+        return self.runs is not None
+
     async def send(self, message: dict[str, Any]) -> None:
+        """Send on the control channel (the worker's stdin)."""
         assert self.process.stdin is not None
         await self.process.stdin.send(encode(message))
 
     async def receive(self) -> dict[str, Any] | None:
-        """The next message, or None when the worker closed its end (exited)."""
+        """The next control message, or None when the worker closed its end (exited)."""
         try:
             line = await self.stream.receive_until(b"\n", MAX_MESSAGE_BYTES)
         except anyio.DelimiterNotFound:
-            raise RunnerError(
+            raise ProtocolError(
                 f"the worker sent a message over {MAX_MESSAGE_BYTES} bytes (flooding the bridge)"
             ) from None
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
             return None
+        return decode(line)
+
+    async def prepare(self, stubs: StubBundle) -> bool:
+        """Have the worker load ``stubs`` ahead of its run. A zygote forks a new child with them and says
+        ``ready`` again (with a new run channel); False if it did not."""
+        await self.send({"op": "prepare", "stubs": stubs.source, "version": stubs.version})
+        self.stubs_version = stubs.version
+        return await self.await_ready() if self.zygote else True
+
+    def run_channel(self) -> LineChannel:
+        """Where the next run speaks: a zygote child's own socket, else the worker's stdin and stdout."""
+        if self.zygote:
+            if self.channel is None:
+                raise RunnerError("the worker has no run channel")
+            return self.channel
+        assert self.process.stdin is not None
+        return LineChannel(self.process.stdin, self.stream)
+
+    async def await_ready(self) -> bool:
+        """Read control messages until ``ready`` (True, with the next run channel taken), or the end (False)."""
+        while (message := await self.receive()) is not None:
+            op = message.get("op")
+            if op == "exit":
+                status = message.get("status")
+                self.exit_status = status[:200] if isinstance(status, str) else "unknown"
+            elif op == "ready":
+                child = message.get("child")
+                self.child_pid = child if isinstance(child, int) and not isinstance(child, bool) else None
+                if self.runs is not None:
+                    await self._take_channel()
+                return True
+        return False
+
+    async def _take_channel(self) -> None:
+        assert self.runs is not None
+        _, fds = await self.runs.receive_fds(1, 1)
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise RunnerError("the zygote said ready without a run channel")
+        await self.drop_channel()
+        stream = await UNIXSocketStream.from_socket(socket.socket(fileno=fds[0]))
+        self.channel = LineChannel(stream, stream)
+
+    async def drop_channel(self) -> None:
+        """Close the host's end of the current run channel: nothing more is read from that run."""
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            await channel.aclose()
+
+    def _host_child(self) -> int | None:
+        """The zygote's child, when pids are the host's and the process really is the worker's child."""
+        pid = self.child_pid
+        if pid is None or not self.spec.host_pids or pid <= 1:
+            return None
         try:
-            message = json.loads(line)
-        except ValueError as exc:
-            raise RunnerError(f"the worker sent a malformed message: {exc}") from None
-        if not isinstance(message, dict):
-            raise RunnerError("the worker sent a malformed message")
-        return message  # pyright: ignore[reportUnknownVariableType]
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return pid if fields[1:2] == [str(self.process.pid)] else None
 
     async def kill(self) -> None:
         """Kill the worker, its child and their process groups, and release its sandbox (once)."""
         if self.killed:
             return
         self.killed = True
-        pgids = [self.process.pid] + ([self.child_pid] if self.child_pid and self.spec.host_pids else [])
-        for pgid in pgids:
+        child = self._host_child()
+        for pgid in [self.process.pid] + ([child] if child else []):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
         if self.process.returncode is None:
@@ -94,6 +170,10 @@ class Worker:
             with anyio.move_on_after(5):
                 await self.process.wait()
             await self.process.aclose()
+            await self.drop_channel()
+            if self.runs is not None:
+                with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                    await self.runs.aclose()
         self.release(self.spec)
 
     def stderr_tail(self) -> str:
@@ -201,40 +281,52 @@ class WorkerPool:
         """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
         spec = self._launcher(self._profile)
         process: Process | None = None
+        runs_host: socket.socket | None = None
+        runs_child: socket.socket | None = None
+        argv = list(spec.argv)
+        if spec.zygote:
+            runs_host, runs_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            argv += ["--runs-fd", str(runs_child.fileno())]
         try:
             with anyio.CancelScope(shield=True):  # a process started here is always tracked, never lost
                 process = await anyio.open_process(
-                    spec.argv,
+                    argv,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=spec.cwd,
                     env=spec.env,
                     start_new_session=True,
+                    pass_fds=[runs_child.fileno()] if runs_child is not None else [],
                 )
         except OSError as exc:
+            if runs_host is not None:
+                runs_host.close()
             self._release(spec)
             raise RunnerError(f"cannot start the worker ({spec.argv[0]}): {exc}") from exc
+        finally:
+            if runs_child is not None:
+                runs_child.close()
         assert process is not None and process.stdout is not None
-        worker = Worker(process, BufferedByteReceiveStream(process.stdout), spec, self._forget)
+        runs = await UNIXSocketStream.from_socket(runs_host) if runs_host is not None else None
+        worker = Worker(process, BufferedByteReceiveStream(process.stdout), spec, self._forget, runs=runs)
         self._live.add(worker)
         if self._tg is not None:
             self._tg.start_soon(self._drain_stderr, worker)
         self.spawned += 1
+        ready = False
         try:
             with anyio.fail_after(WORKER_START_TIMEOUT):
-                hello = await worker.receive()
-                if hello is not None and hello.get("op") == "ready" and self._stubs is not None:
-                    stubs = self._stubs
-                    await worker.send({"op": "prepare", "stubs": stubs.source, "version": stubs.version})
-                    worker.stubs_version = stubs.version
-        except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            hello = None
+                ready = await worker.await_ready()
+                if ready and self._stubs is not None:
+                    ready = await worker.prepare(self._stubs)
+        except (TimeoutError, RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
+            ready = False
         except BaseException:  # cancelled while starting (the runner is closing): leave nothing behind
             with anyio.CancelScope(shield=True):
                 await worker.kill()
             raise
-        if hello is None or hello.get("op") != "ready":
+        if not ready:
             with anyio.move_on_after(1):
                 await worker.process.wait()
             await worker.kill()
@@ -284,23 +376,33 @@ class WorkerPool:
         self._tg.start_soon(self._await_ready, worker)
 
     async def _await_ready(self, worker: Worker) -> None:
+        """After a clean run: the zygote reports the run's end within ``REAP_TIMEOUT`` and is ready again
+        within ``READY_TIMEOUT``, or it is killed (a run whose process outlives its ``done`` costs its worker)."""
+        ready = False
         try:
-            with anyio.move_on_after(10):
-                while (message := await worker.receive()) is not None:
-                    if message.get("op") != "ready":
-                        continue  # e.g. the zygote's report of how the child exited
-                    if not self._closed and len(self._ready) < self._max_idle:
-                        worker.child_pid = None
-                        self._push(worker)
-                        return
-                    break
-        except RunnerError:
-            pass
+            if worker.exit_status is None:
+                with anyio.move_on_after(REAP_TIMEOUT):
+                    while worker.exit_status is None:
+                        message = await worker.receive()
+                        if message is None:
+                            break
+                        if message.get("op") == "exit":
+                            status = message.get("status")
+                            worker.exit_status = status[:200] if isinstance(status, str) else "unknown"
+            if worker.exit_status is not None:
+                with anyio.move_on_after(READY_TIMEOUT):
+                    ready = await worker.await_ready()
+        except (RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
+            ready = False
         except BaseException:  # cancelled (the runner is closing): the worker goes too
             await worker.kill()
             raise
         finally:
             self._starting -= 1
+        if ready and not self._closed and len(self._ready) < self._max_idle:
+            worker.exit_status = None
+            self._push(worker)
+            return
         self._notify()
         await worker.kill()
         self._refill()

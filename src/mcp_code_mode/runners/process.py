@@ -23,12 +23,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..bridge import ToolDispatcher
+from ..bridge import ToolDispatcher, serve_run
 from ..errors import RunnerError
 from ..sandbox import Profile, Sandbox, SandboxSpec, sandbox_environment
 from ..sandbox.core import make_workspace
-from .base import ErrorInfo, FileInfo, RunOutcome, RunRequest, StubBundle
-from .pool import Launcher, Worker, WorkerPool
+from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
+from .pool import REAP_TIMEOUT, Launcher, Worker, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class ProcessRunner:
             "version": request.stubs.version,
             "limits": self.sandbox.limits.for_run(request.timeout),
         }
-        if worker.stubs_version != request.stubs.version:
+        if not worker.zygote and worker.stubs_version != request.stubs.version:
             message["stubs"] = request.stubs.source
         return message
 
@@ -133,89 +133,69 @@ class ProcessRunner:
         return await self.run_with(request, dispatcher, {})
 
     async def run_with(self, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any]) -> RunOutcome:
-        """Run on a pooled worker; ``extra`` fields are added to the ``run`` message."""
+        """Run on a pooled worker; ``extra`` fields are added to the ``run`` message.
+
+        The run's channel is served by the bridge's host loop (``serve_run``), which believes nothing
+        but the run's own ``call``, ``output`` and ``done``. The worker goes back to its pool only when
+        it is a zygote (``reuse_workers``) that reports the run's end and says ``ready`` again.
+        """
         pool = self._pool_for(self.profile_for(request))
         worker = await pool.acquire()
-        output: list[str] = []
-        kept = 0
         started = time.perf_counter()
-        outcome: RunOutcome | None = None
         clean = False
         try:
+            if worker.zygote and worker.stubs_version != request.stubs.version:
+                if not await worker.prepare(request.stubs):
+                    raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
+            channel = worker.run_channel()
             await worker.send({**self.run_message(request, worker), **extra})
             worker.stubs_version = request.stubs.version
-            with anyio.move_on_after(request.timeout):
-                while outcome is None:
-                    message = await worker.receive()
-                    if message is None:
-                        outcome = await self._died(worker, None)
-                        break
-                    op = message.get("op")
-                    if op == "output":
-                        data = str(message.get("data", ""))[: max(0, request.max_output - kept)]
-                        kept += len(data)
-                        output.append(data)
-                        if data and request.on_output is not None:
-                            await request.on_output(data)
-                    elif op == "call":
-                        reply = await dispatcher.handle(
-                            str(message.get("server")), str(message.get("tool")), message.get("arguments")
-                        )
-                        await worker.send({"op": "result", "id": message.get("id"), **reply})
-                    elif op == "started":
-                        pid = message.get("pid")
-                        worker.child_pid = pid if isinstance(pid, int) else None
-                    elif op == "done":
-                        outcome = self._done(message)
-                        clean = True
-                    elif op == "exit":
-                        outcome = await self._died(worker, str(message.get("status")))
-                        clean = True  # the zygote survived its child and will say ready
-            if outcome is None:
-                outcome = RunOutcome(
-                    success=False,
-                    error=ErrorInfo("TimeoutError", f"the run did not finish within {request.timeout * 1000:.0f} ms"),
-                )
+            hosted = await serve_run(
+                channel,
+                dispatcher,
+                timeout=request.timeout,
+                max_output=request.max_output,
+                on_output=request.on_output,
+            )
+            outcome = hosted.outcome
+            if hosted.ended == "done":
+                clean = worker.zygote
+                self._explain_memory(outcome)
+            elif hosted.ended == "closed":
+                outcome.error = (await self._died(worker)).error
+                clean = worker.zygote and worker.exit_status is not None
         except RunnerError as exc:
             outcome = RunOutcome(success=False, error=ErrorInfo("RunnerError", str(exc)))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            outcome = await self._died(worker, None)
+            outcome = await self._died(worker)
         finally:
-            if not clean:
-                # Kill now, before answering: nothing the script started may outlive its run.
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                await worker.drop_channel()  # nothing more is read from this run
+                if not clean:
+                    # Kill now, before answering: nothing the script started may outlive its run.
                     await worker.kill()
             pool.release(worker, clean=clean and self.reuse_workers)
         outcome.duration = time.perf_counter() - started
-        outcome.output = "".join(output)
-        if kept >= request.max_output or outcome.truncated:
-            outcome.truncated = True
         return outcome
 
-    def _done(self, message: dict[str, Any]) -> RunOutcome:
-        error = message.get("error")
-        if isinstance(error, dict) and error.get("type") == "MemoryError" and not error.get("message"):
-            error["message"] = f"out of memory: a run may use {self.sandbox.limits.memory_mb} MB"
-        return RunOutcome(
-            success=bool(message.get("success")),
-            return_value=message.get("returnValue"),
-            truncated=bool(message.get("dropped")),
-            files=[
-                FileInfo(str(f.get("path")), int(f.get("size", 0)))
-                for f in message.get("files") or []
-                if isinstance(f, dict)
-            ],
-            error=ErrorInfo(
-                type=str(error.get("type", "Error")),
-                message=str(error.get("message", "")),
-                line=error.get("line") if isinstance(error.get("line"), int) else None,
-                traceback=error.get("traceback"),
-            )
-            if isinstance(error, dict)
-            else None,
-        )
+    def _explain_memory(self, outcome: RunOutcome) -> None:
+        error = outcome.error
+        if error is not None and error.type == "MemoryError" and not error.message:
+            error.message = f"out of memory: a run may use {self.sandbox.limits.memory_mb} MB"
 
-    async def _died(self, worker: Worker, status: str | None) -> RunOutcome:
+    async def _died(self, worker: Worker) -> RunOutcome:
+        """The run's channel closed before ``done``: say how its process ended (a zygote reports it)."""
+        status: str | None = None
+        if worker.zygote:
+            with anyio.move_on_after(REAP_TIMEOUT):
+                while worker.exit_status is None:
+                    message = await worker.receive()
+                    if message is None:
+                        break
+                    if message.get("op") == "exit":
+                        raw = message.get("status")
+                        worker.exit_status = raw[:200] if isinstance(raw, str) else "unknown"
+            status = worker.exit_status
         if status is None:
             with anyio.move_on_after(2):
                 await worker.process.wait()
@@ -240,7 +220,9 @@ def python_launcher(kind: str, sandbox: Sandbox, preload: Sequence[str] = ()) ->
     argv = python_worker_argv(kind, preload)
 
     def launch(profile: Profile) -> SandboxSpec:
-        return sandbox.spec(argv, profile)
+        spec = sandbox.spec(argv, profile)
+        spec.zygote = True
+        return spec
 
     return launch
 

@@ -97,6 +97,8 @@ class SandboxSpec:
     """The uid slot this worker holds (released when it is gone)."""
     host_pids: bool = True
     """Whether pids the worker reports are valid on the host (false inside a pid namespace)."""
+    zygote: bool = False
+    """A zygote worker: the pool gives it a socket for run channels (``--runs-fd``)."""
 
     def cleanup(self) -> None:
         if self.workspace is not None:

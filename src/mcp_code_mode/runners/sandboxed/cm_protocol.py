@@ -33,19 +33,37 @@ class FinalAnswer(BaseException):
 
 
 class Channel:
-    """The worker's end of the bridge."""
+    """One end of a bridge channel: JSON lines on a pair of file descriptors."""
 
-    def __init__(self) -> None:
-        self._in = os.fdopen(os.dup(0), "rb")
-        self._out = os.fdopen(os.dup(1), "wb")
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._in = os.fdopen(read_fd, "rb")
+        self._out = os.fdopen(write_fd, "wb")
+        self._next_id = 0
+        self._send_lock = threading.Lock()  # the output flusher thread sends too
+        self.output: Output | None = None
+
+    @classmethod
+    def from_stdio(cls) -> Channel:
+        """The control channel, on duplicates of stdin and stdout; fds 0 and 1 then point at /dev/null,
+        so nothing a script writes there can be mistaken for a message."""
+        channel = cls(os.dup(0), os.dup(1))
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
-        self._stale: Any = None
-        self._next_id = 0
-        self._send_lock = threading.Lock()  # the output flusher thread sends too
-        self.output: Output | None = None
+        return channel
+
+    @classmethod
+    def from_socket(cls, fd: int) -> Channel:
+        """A run's channel: one connected socket, read and written."""
+        return cls(os.dup(fd), fd)
+
+    def close(self) -> None:
+        for stream in (self._in, self._out):
+            try:
+                stream.close()
+            except OSError:
+                pass
 
     def send(self, *messages: dict[str, Any]) -> None:
         """Send messages in one write: the host reads them at once."""
@@ -53,12 +71,6 @@ class Channel:
         with self._send_lock:
             self._out.write(data)
             self._out.flush()
-
-    def forget_buffered(self) -> None:
-        """In a forked child: read on with an empty buffer. What the parent had read ahead (say, the
-        run message that followed ``prepare``) is the parent's; the child's replies come after it."""
-        self._stale = self._in  # kept open: the fd is shared with the parent
-        self._in = open(self._in.fileno(), "rb", closefd=False)
 
     def receive_line(self) -> bytes:
         line = self._in.readline()

@@ -1,30 +1,37 @@
 """The worker program of the ``local`` and ``cpython`` runners: a zygote that forks one child per run.
 
 It is started as a plain script (``python -I worker.py KIND ...``, under bubblewrap where it can
-run), imports only the standard library (and, for ``local``, smolagents' interpreter), and talks to
-the host over JSON lines on duplicates of its original stdin and stdout (see ``mcp_code_mode.bridge``);
-fds 0 and 1 are pointed at /dev/null, so nothing a script writes can be mistaken for a message.
+run) and imports only the standard library (and, for ``local``, smolagents' interpreter). It speaks
+two channels with the host (see ``mcp_code_mode.bridge.messages``):
+
+- the **control channel**, on duplicates of its original stdin and stdout (fds 0 and 1 then point at
+  /dev/null): ``prepare`` and ``run`` from the host, ``ready`` and ``exit`` from the zygote. Only the
+  zygote holds it; a child closes its copies before anything of the run is read.
+- a **run channel** per run: a new socket pair made for each pre-forked child. The child keeps one
+  end; the zygote passes the other to the host over the ``--runs-fd`` socket (SCM_RIGHTS) before it
+  says ``ready``, and closes its copy. The script can write on its own run channel, and on nothing
+  else: what it says there is about its own run only, and the host treats it as untrusted.
 
 The zygote never runs a script. It drops to its sandbox uid first (``--drop``), makes itself
-undumpable, then waits. For each ``run`` it compiles the stubs if they changed and forks: the child
-(a new session) applies the run's rlimits, runs the script with a copy-on-write copy of the warm
-interpreter, reports ``started`` and ``done`` itself, and exits. The zygote then kills everything the
-run left (every process of its uid inside the sandbox's pid namespace, or the child's process group
-without one), reports ``exit``, wipes the workspace and /tmp, and says ``ready`` again. So every run
-starts from the same pristine state in about a millisecond instead of paying interpreter start-up.
+undumpable, installs the seccomp filter (``cm_os``), then waits. For each ``run`` it compiles the
+stubs if they changed and hands the message to the pre-forked child (a new session), which applies
+the run's rlimits, runs the script with a copy-on-write copy of the warm interpreter, reports
+``done`` on its run channel, and exits. The zygote then kills everything the run left (every process
+of its uid inside the sandbox's pid namespace, or the child's process group without one), reports
+``exit``, wipes the workspace, /tmp and /dev/shm, forks the next child and says ``ready`` again, so
+every run starts from the same pristine state in about a millisecond.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import importlib
 import json
 import os
-import resource
 import shutil
 import signal
+import socket
 import stat
 import sys
 from typing import Any
@@ -33,50 +40,16 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cm_interpreters import import_interpreter, patch_line_tracking, run_cpython, run_local
+from cm_os import (
+    PR_SET_DUMPABLE,
+    apply_limits,
+    die_with_parent,
+    drop_privileges,
+    install_seccomp,
+    prctl,
+    set_name,
+)
 from cm_protocol import Channel, Output, jsonable
-
-
-@functools.cache
-def _libc() -> Any:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _prctl(option: int, value: int | bytes) -> None:
-    import ctypes
-
-    if _libc().prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
-
-
-def drop_privileges(uid: int, gid: int) -> None:
-    """Become ``uid``/``gid`` for good: no groups, no capabilities, no way back, no new privileges."""
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid:
-        raise SystemExit("the sandbox could not drop privileges")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        pass
-    else:
-        raise SystemExit("the sandbox could regain root: refusing to run")
-    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS: setuid binaries and file capabilities stay inert
-
-
-def apply_limits(limits: dict[str, int]) -> None:
-    names = {
-        "as": resource.RLIMIT_AS,
-        "cpu": resource.RLIMIT_CPU,
-        "fsize": resource.RLIMIT_FSIZE,
-        "nofile": resource.RLIMIT_NOFILE,
-        "nproc": resource.RLIMIT_NPROC,
-    }
-    for key, value in limits.items():
-        if key in names and value > 0:
-            resource.setrlimit(names[key], (value, value))
 
 
 def _wipe(directory: str) -> None:
@@ -121,15 +94,6 @@ RUNNING_NAME = "cm-run"
 """The process names (``/proc/PID/comm``, what ``ps`` shows) of a pre-forked child, before and during its run."""
 
 
-def _name(name: str) -> None:
-    """Set this process's name (PR_SET_NAME). Not through /proc/self/comm: an undumpable process's
-    /proc files belong to root."""
-    try:
-        _prctl(15, name.encode())
-    except (OSError, AttributeError):  # no prctl (macOS): the name is only for people and tests
-        pass
-
-
 def _await_run(reader: int) -> dict[str, Any] | None:
     """In a pre-forked child: the run message the zygote hands over, or None if it closed the pipe."""
     chunks: list[bytes] = []
@@ -142,28 +106,27 @@ def _await_run(reader: int) -> dict[str, Any] | None:
     return json.loads(b"".join(chunks)) if chunks else None
 
 
-def _child(channel: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str) -> None:
+def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str) -> None:
     """Wait (forked ahead of time) for one run, run it in this process, report it, and exit."""
     os.setsid()
+    die_with_parent()
     os.chdir(workspace)
-    _name(WAITING_NAME)
-    channel.forget_buffered()
-    output = Output(channel, 0)  # ready before the run arrives: its cap comes with the message
+    set_name(WAITING_NAME)
+    output = Output(run, 0)  # ready before the run arrives: its cap comes with the message
     output.start_flusher()
     message = _await_run(reader)
     if message is None:
         return
-    _name(RUNNING_NAME)
-    channel.send({"op": "started", "pid": os.getpid()})
+    set_name(RUNNING_NAME)
     limits = message.get("limits")
     if isinstance(limits, dict):
         apply_limits({str(k): int(v) for k, v in limits.items()})
     output.arm(int(message.get("max_output", 100_000)))
-    channel.output = output
+    run.output = output
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""
-        return channel.call(server, tool, {} if arguments is None else arguments)
+        return run.call(server, tool, {} if arguments is None else arguments)
 
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
@@ -201,6 +164,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--sys-path", action="append", default=[], help="directories to put on sys.path")
     parser.add_argument("--drop", default=None, help="UID:GID to become before anything else")
     parser.add_argument("--pidns", action="store_true", help="in a pid namespace: clean up with kill(-1)")
+    parser.add_argument("--runs-fd", type=int, default=None, help="the socket that takes each run's channel")
     parser.add_argument("--probe", action="store_true", help="check the sandbox works, print sandbox-ok, exit")
     return parser.parse_args()
 
@@ -210,8 +174,13 @@ def main() -> None:
     if args.drop:
         uid, gid = (int(part) for part in args.drop.split(":"))
         drop_privileges(uid, gid)
-    if args.pidns:
-        _prctl(4, 0)  # PR_SET_DUMPABLE=0: a run (same uid) cannot ptrace or read this zygote's memory
+    die_with_parent()
+    try:
+        prctl(PR_SET_DUMPABLE, 0)  # a run (same uid) cannot ptrace this zygote or open its /proc files
+    except (OSError, AttributeError):
+        pass
+    if sys.platform == "linux":
+        install_seccomp()
     for path in reversed([p for entry in args.sys_path for p in entry.split(":") if p]):
         sys.path.insert(0, path)
     if args.kind == "local":
@@ -220,7 +189,10 @@ def main() -> None:
     if args.probe:
         print("sandbox-ok", os.getuid())
         return
-    channel = Channel()
+    if args.runs_fd is None:
+        raise SystemExit("worker.py needs --runs-fd: the socket that takes each run's channel")
+    control = Channel.from_stdio()
+    runs = socket.socket(fileno=args.runs_fd)
     workspace = os.path.realpath(args.workspace or os.getcwd())
     for name in [n for entry in args.preload for n in entry.split(",") if n]:
         try:
@@ -234,11 +206,13 @@ def main() -> None:
 
     stub_namespace: dict[str, Any] = {}
     stub_version: int | None = None
+    current: dict[str, Channel] = {}
+    """The run channel of this process (set in each child before its run; the stubs call through it)."""
 
     def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:
         arguments = dict(required)
         arguments.update({k: v for k, v in optional.items() if v is not None})
-        return channel.call(server, tool, arguments)
+        return current["run"].call(server, tool, arguments)
 
     def compile_stubs(source: str, version: int) -> None:
         nonlocal stub_namespace, stub_version
@@ -247,40 +221,34 @@ def main() -> None:
         stub_namespace, stub_version = namespace, version
 
     def prefork() -> tuple[int, int]:
-        """Fork the next run's child now, off the run's path; it waits for its message on a pipe."""
+        """Fork the next run's child now, off the run's path; it waits for its message on a pipe.
+        Its run channel's other end goes to the host at once; the zygote keeps no copy."""
         gc.freeze()  # the child's collections then leave the zygote's objects (and their pages) alone
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
+                # Nothing of the zygote's channels stays in the child: only its own run channel.
+                control.close()
+                runs.close()
+                host_end.close()
                 os.close(writer)
-                _child(channel, args.kind, reader, stub_namespace, workspace)
+                current["run"] = Channel.from_socket(child_end.detach())
+                _child(current["run"], args.kind, reader, stub_namespace, workspace)
             finally:
                 os._exit(0)
         os.close(reader)
+        child_end.close()
+        socket.send_fds(runs, [b"R"], [host_end.fileno()])
+        host_end.close()
         return pid, writer
 
     def discard(child: tuple[int, int]) -> None:
         os.close(child[1])  # the child reads end-of-file and exits
         os.waitpid(child[0], 0)
 
-    pending = prefork()
-    channel.send({"op": "ready", "pid": os.getpid()})
-    while True:
-        line = channel.receive_line()
-        message = json.loads(line)
-        if message.get("stubs") is not None and message.get("version") != stub_version:
-            compile_stubs(message["stubs"], message["version"])
-            discard(pending)  # it was forked with the old stubs
-            pending = prefork()
-        if message.get("op") != "run":
-            continue
-        pid, writer = pending
-        view = memoryview(line)
-        while view:
-            view = view[os.write(writer, view) :]
-        os.close(writer)
-        _, status = os.waitpid(pid, 0)
+    def reap(pid: int) -> None:
         if args.pidns:
             try:
                 os.kill(-1, signal.SIGKILL)  # everything of this uid in the sandbox, except this zygote
@@ -291,12 +259,34 @@ def main() -> None:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        channel.send({"op": "exit", "status": _exit_status(status)})
+
+    pending = prefork()
+    control.send({"op": "ready", "child": pending[0]})
+    while True:
+        line = control.receive_line()
+        message = json.loads(line)
+        if message.get("stubs") is not None and message.get("version") != stub_version:
+            compile_stubs(message["stubs"], message["version"])
+            discard(pending)  # it was forked with the old stubs
+            reap(pending[0])
+            pending = prefork()
+            control.send({"op": "ready", "child": pending[0]})
+        if message.get("op") != "run":
+            continue
+        pid, writer = pending
+        view = memoryview(line)
+        while view:
+            view = view[os.write(writer, view) :]
+        os.close(writer)
+        _, status = os.waitpid(pid, 0)
+        reap(pid)
+        control.send({"op": "exit", "status": _exit_status(status)})
         _wipe(workspace)
         if args.pidns:
             _wipe("/tmp")
+            _wipe("/dev/shm")
         pending = prefork()
-        channel.send({"op": "ready", "pid": os.getpid()})
+        control.send({"op": "ready", "child": pending[0]})
 
 
 if __name__ == "__main__":

@@ -1,22 +1,7 @@
-"""The bridge: how a tool call leaves the sandbox, and what comes back.
+"""The host's side of a tool call: resolve the name, call the pool, count, limit, convert the result.
 
-Wire format (both directions): one JSON object per line.
-
-worker → host::
-
-    {"op": "ready"}                                              the worker is warm
-    {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}
-    {"op": "output", "data": "..."}                              printed text, in order
-    {"op": "done", "success": true, "returnValue": ..., "error": null, "truncated": false}
-
-host → worker::
-
-    {"op": "prepare", "stubs": "<python source>", "version": 3}  compile stubs while waiting
-    {"op": "run", "code": "...", ...}                             see ``runners.process``
-    {"op": "result", "id": 7, "value": ...}                       or ``"error": {"message": ...}``
-
-The host side (``ToolDispatcher``) makes the real call through the ``ToolPool``, so the sandbox never
-holds a session or a credential; it counts calls, enforces the per-run limit and converts results.
+``ToolDispatcher.handle`` answers one ``call`` message of a run. The sandbox never holds a session
+or a credential; what it sends (server, tool, arguments) is untrusted and checked here.
 """
 
 from __future__ import annotations
@@ -28,18 +13,9 @@ from typing import Any
 
 import mcp_types as types
 
-from .downstream.pool import ToolPool
-from .errors import DownstreamError
-from .stubs.index import StubIndex
-
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""A bridge line longer than this ends the run: the script is flooding the bridge."""
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """One line, compact, keys in insertion order: the Pyodide worker takes a line that starts with
-    ``{"op":"result","id":N,`` as the answer to its call ``N`` without parsing it (Python does)."""
-    return json.dumps(message, separators=(",", ":"), default=repr).encode() + b"\n"
+from ..downstream.pool import ToolPool
+from ..errors import DownstreamError
+from ..stubs.index import StubIndex
 
 
 def content_to_value(block: types.ContentBlock) -> Any:

@@ -1,0 +1,41 @@
+"""The bridge between the host and a sandbox: typed messages, framing, the host loop, the dispatcher.
+
+- ``messages``: the two channels (control, spoken only by code that never runs user code; run,
+  which the script can write on) and the checks on everything a run sends;
+- ``framing``: JSON lines, bounded decoding (``LineChannel``);
+- ``host``: ``serve_run``, the loop every runner uses for a run;
+- ``dispatcher``: ``ToolDispatcher``, the host's side of a tool call;
+- ``fake``: ``FakeWorker``, an in-memory run for tests of the loop.
+"""
+
+from __future__ import annotations
+
+from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
+from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
+from .host import HostRun, RunChannel, serve_run
+from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
+from .outcome import ErrorInfo, FileInfo, RunOutcome
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_MESSAGE_BYTES",
+    "Call",
+    "Done",
+    "ErrorInfo",
+    "FileInfo",
+    "HostRun",
+    "LineChannel",
+    "Output",
+    "RunChannel",
+    "RunOutcome",
+    "ToolCallRecord",
+    "ToolDispatcher",
+    "content_to_value",
+    "decode",
+    "encode",
+    "error_text",
+    "parse_run_message",
+    "parse_text",
+    "result_to_value",
+    "serve_run",
+]

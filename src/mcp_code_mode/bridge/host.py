@@ -1,0 +1,97 @@
+"""The one host loop: what the host does with a run's channel while the run goes on.
+
+Every runner hands its run channel to ``serve_run``. It reads only what a run may say (see
+``messages``): tool calls are answered through the dispatcher, output is kept up to the cap and
+passed on, and the first valid ``done`` ends the run; nothing is read after it. Anything malformed
+ends the run with a ``ProtocolError`` outcome. The loop never raises for what the run sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from ..errors import ProtocolError
+from .dispatcher import ToolDispatcher
+from .messages import Call, Output, parse_run_message
+from .outcome import ErrorInfo, RunOutcome
+
+
+class RunChannel(Protocol):
+    """A run's channel as the host sees it (``framing.LineChannel``, or ``fake.FakeWorker``)."""
+
+    async def send(self, message: dict[str, Any]) -> None: ...
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message (``ProtocolError`` when it is not one), or None once the run closed its end."""
+        ...
+
+
+Ended = Literal["done", "closed", "timeout", "refused"]
+
+
+@dataclass
+class HostRun:
+    ended: Ended
+    """``done``: the run said so; ``closed``: its channel closed first; ``timeout``; ``refused``: it sent
+    something that is not a valid message (the outcome says what)."""
+    outcome: RunOutcome
+
+
+async def serve_run(
+    channel: RunChannel,
+    dispatcher: ToolDispatcher,
+    *,
+    timeout: float,
+    max_output: int,
+    on_output: Callable[[str], Awaitable[None]] | None = None,
+) -> HostRun:
+    """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds."""
+    output: list[str] = []
+    kept = 0
+    started = time.perf_counter()
+    ended: Ended = "timeout"
+    outcome = RunOutcome(
+        success=False, error=ErrorInfo("TimeoutError", f"the run did not finish within {timeout * 1000:.0f} ms")
+    )
+    with anyio.move_on_after(timeout):
+        try:
+            while True:
+                raw = await channel.receive()
+                if raw is None:
+                    ended, outcome = "closed", RunOutcome(success=False)
+                    break
+                message = parse_run_message(raw)
+                if isinstance(message, Output):
+                    data = message.data[: max(0, max_output - kept)]
+                    kept += len(data)
+                    output.append(data)
+                    if data and on_output is not None:
+                        await on_output(data)
+                elif isinstance(message, Call):
+                    reply = await dispatcher.handle(message.server, message.tool, message.arguments)
+                    try:
+                        await channel.send({"op": "result", "id": message.id, **reply})
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        ended, outcome = "closed", RunOutcome(success=False)
+                        break
+                else:
+                    ended = "done"
+                    outcome = RunOutcome(
+                        success=message.success,
+                        return_value=message.return_value,
+                        error=message.error,
+                        files=message.files,
+                        truncated=message.dropped > 0,
+                    )
+                    break
+        except ProtocolError as exc:
+            ended, outcome = "refused", RunOutcome(success=False, error=ErrorInfo("ProtocolError", str(exc)))
+    outcome.output = "".join(output)
+    outcome.truncated = outcome.truncated or kept >= max_output
+    outcome.duration = time.perf_counter() - started
+    return HostRun(ended, outcome)

@@ -1,0 +1,163 @@
+"""The messages of the bridge, typed, and the checks every message from a run goes through.
+
+Two channels connect the host and a worker:
+
+- the **control channel**, spoken only by code that never runs user code: a zygote's ``ready`` (with
+  the pid of the child it forked for the next run) and ``exit`` (how that child ended), and the
+  host's ``prepare`` and ``run``. A worker that runs user code itself (Deno, Pyodide) says ``ready``
+  once, before any user code ran, and is never given a second run.
+- the **run channel**, which the script can write on: only ``call``, ``output`` and one ``done``,
+  parsed by ``parse_run_message``. Everything on it is untrusted input about this run alone; any
+  other op, a field of the wrong type, or a value nested deeper than ``MAX_DEPTH`` ends the run with
+  ``ProtocolError``. The host answers a ``call`` with ``result`` (``value`` or ``error``).
+
+worker → host (run channel)::
+
+    {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}
+    {"op": "output", "data": "..."}
+    {"op": "done", "success": true, "returnValue": ..., "error": null, "files": [...], "dropped": 0}
+
+host → worker::
+
+    {"op": "prepare", "stubs": "<python source>", "version": 3}   control: compile stubs ahead
+    {"op": "run", "code": "...", ...}                              control (zygote) or run channel
+    {"op": "result", "id": 7, "value": ...}                        or ``"error": {"message": ...}``
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ProtocolError
+from .outcome import ErrorInfo, FileInfo
+
+MAX_DEPTH = 100
+"""Deepest nesting of a value (tool arguments, a return value) the host accepts from a run."""
+MAX_FILES = 1000
+"""Most workspace files a ``done`` may list."""
+MAX_NAME = 4096
+"""Longest server, tool, error type or file name accepted."""
+
+
+@dataclass(frozen=True)
+class Call:
+    id: int
+    server: str
+    tool: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class Output:
+    data: str
+
+
+@dataclass(frozen=True)
+class Done:
+    success: bool
+    return_value: Any = None
+    error: ErrorInfo | None = None
+    files: list[FileInfo] = field(default_factory=list[FileInfo])
+    dropped: int = 0
+
+
+RunMessage = Call | Output | Done
+
+
+def depth_within(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON) nests no deeper than ``limit``; iterative, so it cannot overflow."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
+def _text(message: dict[str, Any], key: str, *, limit: int = MAX_NAME, optional: bool = False) -> str | None:
+    value = message.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(f"the run sent a {message.get('op')!r} message whose {key!r} is not a string")
+    if len(value) > limit:
+        raise ProtocolError(f"the run sent a {message.get('op')!r} message whose {key!r} is too long")
+    return value
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _error(value: Any) -> ErrorInfo | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ProtocolError("the run sent a 'done' whose 'error' is not an object")
+    wrapped = {"op": "done", **value}
+    line = value.get("line")
+    return ErrorInfo(
+        type=_text(wrapped, "type", optional=True) or "Error",
+        message=_text(wrapped, "message", limit=1 << 20, optional=True) or "",
+        line=line if _count(line) is not None else None,
+        traceback=_text(wrapped, "traceback", limit=1 << 20, optional=True),
+    )
+
+
+def _files(value: Any) -> list[FileInfo]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_FILES:
+        raise ProtocolError(f"the run sent a 'done' whose 'files' is not a list of at most {MAX_FILES}")
+    files: list[FileInfo] = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            raise ProtocolError("the run sent a 'done' with a file entry that is not an object")
+        path, size = entry.get("path"), _count(entry.get("size"))
+        if not isinstance(path, str) or size is None or not _relative(path):
+            raise ProtocolError(f"the run sent a 'done' with an invalid file entry: {str(entry)[:200]}")
+        files.append(FileInfo(path, size))
+    return files
+
+
+def _relative(path: str) -> bool:
+    """A plain relative path inside the workspace: no NUL, no control characters, no ``..``, not absolute."""
+    if not path or len(path) > MAX_NAME or path.startswith("/") or any(ord(c) < 32 for c in path):
+        return False
+    return ".." not in posixpath.normpath(path).split("/")
+
+
+def parse_run_message(message: dict[str, Any]) -> RunMessage:
+    """A message from a run's channel, checked; ``ProtocolError`` for anything else."""
+    op = message.get("op")
+    if op == "call":
+        ident = message.get("id")
+        if not isinstance(ident, int) or isinstance(ident, bool):
+            raise ProtocolError("the run sent a 'call' whose 'id' is not an integer")
+        arguments = message.get("arguments")
+        if not depth_within(arguments):
+            raise ProtocolError(f"the run sent tool arguments nested deeper than {MAX_DEPTH}")
+        server, tool = _text(message, "server"), _text(message, "tool")
+        assert server is not None and tool is not None
+        return Call(ident, server, tool, arguments)
+    if op == "output":
+        data = message.get("data")
+        if not isinstance(data, str):
+            raise ProtocolError("the run sent an 'output' whose 'data' is not a string")
+        return Output(data)
+    if op == "done":
+        success = message.get("success")
+        if not isinstance(success, bool):
+            raise ProtocolError("the run sent a 'done' whose 'success' is not true or false")
+        value = message.get("returnValue")
+        if not depth_within(value):
+            raise ProtocolError(f"the run returned a value nested deeper than {MAX_DEPTH}")
+        dropped = _count(message.get("dropped", 0))
+        return Done(success, value, _error(message.get("error")), _files(message.get("files")), dropped or 0)
+    shown = op if isinstance(op, str) and len(op) < 40 else type(op).__name__
+    raise ProtocolError(f"the run sent a message the bridge does not know (op {shown!r})")
