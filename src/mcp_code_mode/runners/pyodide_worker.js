@@ -277,7 +277,6 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
 }
 
 async function runOnce(pyodide, message, line, deliver, serving, paths) {
-  send({ op: "started" });
   output.cap = Math.max(0, Number(message.max_output ?? 100000));
   output.lastFlush = performance.now();
   let done;
