@@ -92,6 +92,10 @@ class Settings(BaseModel):
     """Largest timeout a caller may ask for, in milliseconds."""
     max_output_chars: int = Field(default=100_000, gt=0)
     """Characters of printed output kept per run; the rest is dropped and ``truncated`` is set."""
+    max_code_bytes: int = Field(default=131_072, ge=1024)
+    """Largest script ``validate_code`` checks, in UTF-8 bytes; a larger one gets a ``size`` finding at once.
+    Parsing holds the interpreter lock (every session waits), so this bounds how long one check can stall
+    the others."""
     max_tool_calls: int = Field(default=10_000, gt=0)
     """Tool calls allowed in one run; the next one raises ``ToolError``."""
     pool_size: int = Field(default=2, ge=0)
@@ -151,6 +155,12 @@ class Settings(BaseModel):
     http_allowed_origins: str = ""
     """Extra ``Origin`` header values the HTTP server accepts, comma-separated (``scheme://host[:port]``
     or ``scheme://host:*``). Loopback origins are always accepted; another browser origin gets 403."""
+    http_max_sessions: int = Field(default=256, ge=1)
+    """Streamable HTTP sessions open at once. While that many are open, a request that would open another
+    gets 503 ("Too many open sessions"); the open ones keep working. Unused with ``--stateless``."""
+    http_session_idle_s: float = Field(default=1800.0, gt=0)
+    """Seconds a streamable HTTP session may go without a request in flight before it is closed and its
+    resources freed; its id then answers 404 and the client opens a new session. Unused with ``--stateless``."""
     progress_interval_ms: int = Field(default=1000, gt=0)
     """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
     stream_output_after_ms: int = Field(default=200, ge=0)
