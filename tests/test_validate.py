@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
 
 from mcp_code_mode.downstream.pool import ToolInfo
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.runners.local import SAFE_IMPORTS
+from mcp_code_mode.server import build_server
 from mcp_code_mode.stubs.index import StubIndex
-from mcp_code_mode.validate import Finding, validate_code, validate_python
+from mcp_code_mode.validate import (
+    VALIDATORS,
+    Finding,
+    check_python,
+    code_size,
+    oversize,
+    validate_code,
+    validate_python,
+)
+
+from .conftest import make_config
+
+pytestmark = pytest.mark.anyio
 
 SCHEMAS = Path(__file__).resolve().parent / "stubs" / "schemas"
 
@@ -111,7 +128,6 @@ def test_languages_without_a_checker_say_so() -> None:
     assert ok == {"language": "python", "supported": True, "valid": True, "findings": []}
 
 
-@pytest.mark.anyio
 async def test_validation_runs_nothing_and_calls_no_tool(engine: CodeMode, shared_dirs: dict[str, Path]) -> None:
     canary = shared_dirs["files"] / "validate-canary.txt"
     before = {name: s.calls for name, s in engine.pool.servers.items()}
@@ -121,3 +137,94 @@ async def test_validation_runs_nothing_and_calls_no_tool(engine: CodeMode, share
     assert not canary.exists()
     assert {name: s.calls for name, s in engine.pool.servers.items()} == before
     assert engine.pool.servers["fixture"].state == "ready"
+
+
+# ----- size cap, deep nesting, and the worker thread --------------------------------------------
+
+
+def test_a_script_over_the_size_cap_gets_one_size_finding_and_one_at_the_cap_does_not() -> None:
+    at_cap = "x = 1\n" * (2048 // 6) + "#" * (2048 % 6)
+    assert code_size(at_cap) == 2048
+    assert oversize("python", at_cap, 2048) is None
+    answer = oversize("python", at_cap + "#", 2048)
+    assert answer is not None and answer["valid"] is False
+    [finding] = answer["findings"]
+    assert finding["kind"] == "size"
+    assert finding["message"].startswith("the script is 2,049 bytes; validate_code checks at most 2,048")
+    assert "CODE_MODE_MAX_CODE_BYTES" in finding["message"]
+
+
+def test_the_size_cap_counts_utf8_bytes_not_characters() -> None:
+    code = "s = '" + "é" * 600 + "'\n"  # 607 characters, 1207 bytes
+    assert oversize("python", code, 1024) is not None
+    assert oversize("python", "s = '\ud800'\n", 1024) is None  # a lone surrogate (JSON can carry one) is no crash
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "words"),
+    [
+        pytest.param("(" * 100_000, "syntax", "too many nested parentheses", id="parentheses"),
+        pytest.param("[" * 100_000, "syntax", "too many nested parentheses", id="brackets"),
+        pytest.param("-" * 100_000 + "1", "nesting", "too deeply to parse", id="unary-minus"),
+        pytest.param("not " * 100_000 + "a", "nesting", "too deeply to parse", id="not"),
+        pytest.param("a+" * 100_000 + "a", "nesting", "too deeply to parse", id="binary-operators"),
+        pytest.param("x" + ".a" * 100_000, "nesting", "too deeply to parse", id="attributes"),
+        pytest.param("a" + "[0]" * 100_000, "nesting", "too deeply to parse", id="subscripts"),
+        pytest.param("a+" * 700 + "a", "nesting", "too deeply to check", id="parses-but-too-deep-to-walk"),
+    ],
+)
+async def test_deep_nesting_is_one_clear_finding_not_a_recursion_error(code: str, kind: str, words: str) -> None:
+    with anyio.fail_after(30):
+        answer = await check_python(code, INDEX, SAFE_IMPORTS, max_bytes=1_000_000)
+    assert answer["valid"] is False
+    [finding] = answer["findings"]
+    assert finding["kind"] == kind and words in finding["message"], finding
+
+
+async def test_an_oversize_script_through_the_tool_is_refused_with_a_size_finding() -> None:
+    engine = CodeMode(make_config({}, pool_size=0, cpython_pool_size=0, warmup_timeout=0, max_code_bytes=4096))
+    with anyio.fail_after(60):
+        async with Client(build_server(engine), mode="legacy") as client:
+            big = await client.call_tool("validate_code", {"language": "python", "code": "x = 1\n" * 1000})
+            small = await client.call_tool("validate_code", {"language": "python", "code": "x = 1\n" * 10})
+            deep = await client.call_tool("validate_code", {"language": "python", "code": "-" * 4000 + "1"})
+    assert big.structured_content is not None and small.structured_content is not None
+    assert big.structured_content["valid"] is False
+    assert [f["kind"] for f in big.structured_content["findings"]] == ["size"]
+    assert small.structured_content["valid"] is True
+    assert deep.structured_content is not None
+    assert [f["kind"] for f in deep.structured_content["findings"]] == ["nesting"]
+
+
+async def test_while_a_python_check_runs_another_request_on_the_same_server_is_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    threads: list[int] = []
+    finished: list[str] = []
+
+    def slow_validator(code: str, index: StubIndex, allowed: Sequence[str] | None) -> list[Finding]:
+        threads.append(threading.get_ident())
+        started.set()
+        release.wait(10)  # on the event loop this would block the other request until the timeout
+        return validate_python(code, index, allowed)
+
+    monkeypatch.setitem(VALIDATORS, "python", slow_validator)
+    engine = CodeMode(make_config({}, pool_size=0, cpython_pool_size=0, warmup_timeout=0))
+    with anyio.fail_after(60):
+        async with Client(build_server(engine), mode="legacy") as client:
+
+            async def validate() -> None:
+                answer = await client.call_tool("validate_code", {"language": "python", "code": "print(1)"})
+                assert answer.structured_content is not None and answer.structured_content["valid"] is True
+                finished.append("validate_code")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(validate)
+                await anyio.to_thread.run_sync(started.wait, 10)
+                languages = await client.call_tool("list_supported_languages", {})
+                assert not languages.is_error
+                finished.append("list_supported_languages")
+                release.set()
+    assert finished == ["list_supported_languages", "validate_code"]
+    assert threads and threads[0] != threading.get_ident(), "the check ran on the event loop's thread"

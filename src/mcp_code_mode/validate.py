@@ -7,7 +7,15 @@ Nothing runs and no tool is called. For Python it reports, all at once and each 
 - ``unknown-server`` / ``unknown-tool``: a name used like a server namespace that is not one, a tool
   a server does not have (also in ``call_tool("server", "tool", ...)`` with literal names);
 - ``arguments``: literal arguments that do not fit the input schema (a missing required one, an
-  unknown name, a literal of the wrong type, too many positional arguments).
+  unknown name, a literal of the wrong type, too many positional arguments);
+- ``nesting``: a script nested too deeply to parse or walk (``"(" * 100000`` is a ``syntax`` finding,
+  as CPython words it), instead of a ``RecursionError``.
+
+``size`` (any language): a script over ``CODE_MODE_MAX_CODE_BYTES``, refused before it is parsed.
+
+``check_python`` runs the analysis in a worker thread, so the event loop keeps serving other requests
+while the checker walks the tree. Parsing itself holds the interpreter lock (CPython's parser does not
+release it), which is why the size cap, not the thread, bounds how long a check can stall the others.
 
 ``VALIDATORS`` maps a canonical language to its validator; a language without one answers that
 validation is not supported for it yet (the TypeScript checker plugs in here).
@@ -22,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import anyio
+
 from .stubs.index import StubIndex, ToolSpec, resolve_ref
 from .stubs.names import SANDBOX_RESERVED
 
@@ -34,7 +44,7 @@ class Finding:
     line: int
     column: int
     kind: str
-    """``syntax``, ``import``, ``unknown-server``, ``unknown-tool`` or ``arguments``."""
+    """``syntax``, ``import``, ``unknown-server``, ``unknown-tool``, ``arguments``, ``nesting`` or ``size``."""
     message: str
 
     def to_json(self) -> dict[str, Any]:
@@ -262,15 +272,23 @@ class _PythonChecker(ast.NodeVisitor):
                 self.add(target, "arguments", f"call_tool({server!r}, {tool!r}): {problem}")
 
 
+_TOO_DEEP = "the script is nested too deeply to {what} ({error}); split the deepest expression into named steps"
+
+
 def validate_python(code: str, index: StubIndex, allowed_imports: Sequence[str] | None) -> list[Finding]:
     """Every finding for a Python script, sorted by position."""
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
         return [Finding(exc.lineno or 1, exc.offset or 1, "syntax", exc.msg)]
+    except (RecursionError, MemoryError) as exc:  # CPython's parser runs out of stack on deep nesting
+        return [Finding(1, 1, "nesting", _TOO_DEEP.format(what="parse", error=type(exc).__name__))]
     checker = _PythonChecker(index, allowed_imports)
-    checker.collect_definitions(tree)
-    checker.visit(tree)
+    try:
+        checker.collect_definitions(tree)
+        checker.visit(tree)
+    except RecursionError:  # a tree CPython parses can still be deeper than the visitor's recursion limit
+        return [Finding(1, 1, "nesting", _TOO_DEEP.format(what="check", error="RecursionError"))]
     unique = dict.fromkeys(checker.findings)
     return sorted(unique, key=lambda f: (f.line, f.column))
 
@@ -295,3 +313,31 @@ def validate_code(language: str, code: str, index: StubIndex, allowed_imports: S
         }
     findings = validator(code, index, allowed_imports)
     return {"language": lang, "supported": True, "valid": not findings, "findings": [f.to_json() for f in findings]}
+
+
+def code_size(code: str) -> int:
+    """The script's size in UTF-8 bytes (lone surrogates, which JSON can carry, count as three)."""
+    return len(code.encode("utf-8", "surrogatepass"))
+
+
+def oversize(language: str, code: str, max_bytes: int) -> dict[str, Any] | None:
+    """The ``validate_code`` answer for a script over ``max_bytes`` (a ``size`` finding), else ``None``."""
+    if len(code) <= max_bytes // 4 or (size := code_size(code)) <= max_bytes:  # 4: the most bytes per character
+        return None
+    message = (
+        f"the script is {size:,} bytes; validate_code checks at most {max_bytes:,} "
+        "(CODE_MODE_MAX_CODE_BYTES): split it, or move data into files or tool calls"
+    )
+    finding = Finding(1, 1, "size", message)
+    return {"language": language, "supported": True, "valid": False, "findings": [finding.to_json()]}
+
+
+async def check_python(
+    code: str, index: StubIndex, allowed_imports: Sequence[str] | None, *, max_bytes: int
+) -> dict[str, Any]:
+    """``validate_code`` for Python, off the event loop: a ``size`` finding over ``max_bytes``, else the
+    analysis in a worker thread (a cancelled call returns at once; the thread finishes on its own)."""
+    refused = oversize("python", code, max_bytes)
+    if refused is not None:
+        return refused
+    return await anyio.to_thread.run_sync(validate_code, "python", code, index, allowed_imports, abandon_on_cancel=True)
