@@ -2,22 +2,29 @@
 
 This module never runs on the host. ``pyodide_worker.js`` installs it as ``_codemode`` in the
 interpreter before the memory snapshot is taken, so every interpreter restored from the snapshot has
-it imported and warm. The worker registers a JavaScript module ``_codemode_host`` with these
-functions, which this module reaches lazily (the snapshot must hold no JavaScript references):
+it imported and warm. The worker hands ``serve`` one JavaScript function, the bridge (the snapshot
+holds no JavaScript references), called as ``bridge(op, ...)`` with strings only:
 
-- ``output(text)``: printed text (the worker caps it and sends ``output`` messages);
-- ``flush()``: send the pending output now;
-- ``request_sync(server, tool, arguments_json)``: the host's ``result`` line (the worker blocks on
-  stdin until it is there);
-- ``request(server, tool, arguments_json)``: a Promise of it.
+- ``"output", text``: printed text (the worker caps it and sends ``output`` messages);
+- ``"flush"``: send the pending output now;
+- ``"call", server, tool, arguments_json``: the host's ``result`` line (the worker blocks on stdin
+  until it is there);
+- ``"next"`` / ``"echo", text``: before the run only, a Promise of the next host message / of ``text``.
 
 A stub call is synchronous, except where the caller awaits it: ``await filesystem.read_text_file(path=...)``
-in async code gets a coroutine, so several calls can be in flight with ``asyncio.gather``.
+in async code gets a coroutine, so several calls can be gathered with ``asyncio.gather``.
+
+JavaScript is otherwise out of reach (``seal``): ``js``, ``pyodide_js``, ``_pyodide_core``,
+``pyodide.ffi``, ``pyodide.code``, ``pyodide.http`` and the other modules that lead to JavaScript are
+gone from ``sys.modules`` and importing them raises ``NotCapable``. That is a courtesy, not the
+sandbox: a script is full CPython and may dig those objects out again, so the worker makes the
+JavaScript side worthless first (see ``pyodide_worker.js``).
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import builtins
 import dis
 import json
@@ -41,6 +48,14 @@ _relpath = os.path.relpath
 _chdir = os.chdir
 _repr = repr
 
+_bridge: Any = None  # the worker's one JavaScript function, set by ``serve``
+
+try:
+    from pyodide.ffi import run_sync as _run_sync  # pyright: ignore[reportMissingImports]
+except ImportError:  # pragma: no cover - only imported inside Pyodide
+    _run_sync = None
+
+_orig_asyncio_run: Any = asyncio.run
 _stubs: dict[str, Any] = {}
 _stubs_version: int | None = None
 _awaited_calls: dict[types.CodeType, frozenset[int]] = {}
@@ -57,6 +72,10 @@ class ToolError(Exception):
         self.tool = tool
 
 
+class NotCapable(ImportError):
+    """A path to JavaScript: ``import js``, ``pyodide_js``, ``pyodide.ffi``, ``pyodide.code``, ..."""
+
+
 class _FinalAnswer(BaseException):
     def __init__(self, value: Any) -> None:
         super().__init__()
@@ -66,12 +85,6 @@ class _FinalAnswer(BaseException):
 def final_answer(value: Any = None) -> Any:
     """End the script now and return ``value`` as ``returnValue``."""
     raise _FinalAnswer(value)
-
-
-def _host() -> Any:
-    import _codemode_host  # pyright: ignore[reportMissingImports]  # registered by pyodide_worker.js
-
-    return _codemode_host
 
 
 def _wants_awaitable(frame: types.FrameType | None) -> bool:
@@ -115,15 +128,20 @@ def _decode(reply: str) -> Any:
     return message.get("value")
 
 
+def _request(server: str, tool: str, payload: str) -> Any:
+    return _decode(_bridge("call", str(server), str(tool), payload))
+
+
 async def _call_async(server: str, tool: str, payload: str) -> Any:
-    return _decode(await _host().request(server, tool, payload))
+    # The host answers a run's calls one at a time, in order, so the awaited call is the same call.
+    return _request(server, tool, payload)
 
 
 def _dispatch(server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
     payload = _encode(server, tool, arguments)
     if _wants_awaitable(caller):
         return _call_async(server, tool, payload)
-    return _decode(_host().request_sync(server, tool, payload))
+    return _request(server, tool, payload)
 
 
 def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:
@@ -157,7 +175,7 @@ class _Output:
     def write(self, text: str) -> int:
         text = str(text)
         if text:
-            _host().output(text)
+            _bridge("output", text)
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -165,7 +183,7 @@ class _Output:
             self.write(line)
 
     def flush(self) -> None:
-        _host().flush()
+        _bridge("flush")
 
     def isatty(self) -> bool:
         return False
@@ -257,9 +275,7 @@ def _compile(code: str) -> tuple[types.CodeType, types.CodeType | None]:
 def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     result = eval(code, namespace)
     if code.co_flags & 0x80:  # CO_COROUTINE: the script used top-level await; run it on the event loop
-        from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
-
-        result = run_sync(result)
+        result = _run_sync(result)
     return result
 
 
@@ -305,26 +321,109 @@ def warm_up() -> None:
     WebAssembly functions are compiled lazily, on first call; doing it here, before the worker says
     ``ready``, keeps that cost out of the first real run. The worker drops this run's output.
     """
-    from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
-
-    run_sync(_host().echo("{}"))
+    _run_sync(_bridge("echo", "{}"))
     run(WARM_UP_SCRIPT, "[]")
     _awaited_calls.clear()
 
 
-def serve() -> str:
+# Modules that hold or make JavaScript objects; the sealed interpreter has none of them.
+_JS_MODULES = (
+    "js",
+    "pyodide_js",
+    "_codemode_host",
+    "_pyodide_core",
+    "pyodide.ffi",
+    "pyodide.code",
+    "pyodide.http",
+    "pyodide.webloop",
+    "pyodide.console",
+    "pyodide._core",
+    "pyodide._run_js",
+    "pyodide._package_loader",
+    "pyodide._nodesock_transport",
+    "pyodide._state",
+    "_pyodide._base",
+)
+
+
+def _leads_to_js(name: str) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in _JS_MODULES)
+
+
+class _RefuseJs:
+    """First on ``sys.meta_path``: importing a module that leads to JavaScript raises ``NotCapable``."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+        if _leads_to_js(name):
+            raise NotCapable(f"No module named {name!r}: JavaScript is out of reach in the pyodide runner")
+        return None
+
+    @staticmethod
+    def invalidate_caches() -> None:
+        return None
+
+
+def _run_until_complete(self: Any, future: Any) -> Any:
+    self._install_asyncgen_hooks()
+    return _run_sync(future)
+
+
+def _asyncio_run(main: Any, *, debug: Any = None, loop_factory: Any = None) -> Any:
+    loop = asyncio.events._get_running_loop()  # pyright: ignore[reportPrivateUsage]
+    if loop_factory is None and loop is not None and type(loop).__name__ == "WebLoop":
+        return loop.run_until_complete(main)
+    return _orig_asyncio_run(main, debug=debug, loop_factory=loop_factory)
+
+
+def seal() -> None:
+    """Take the modules that lead to JavaScript out of reach of ordinary imports (see the module docstring).
+
+    Pyodide's event loop asks ``pyodide_js`` for its configuration in ``run_until_complete`` and
+    ``asyncio.run``; they get the answer (``enableRunUntilComplete``) without it.
+    """
+    global _orig_asyncio_run
+    webloop = sys.modules.get("pyodide.webloop")
+    if webloop is not None:
+        webloop.WebLoop.run_until_complete = _run_until_complete
+        _orig_asyncio_run = webloop._orig_run
+        asyncio.run = _asyncio_run
+    for name in list(sys.modules):
+        if _leads_to_js(name):
+            module = sys.modules.pop(name)
+            parent, _, child = name.rpartition(".")
+            if parent and getattr(sys.modules.get(parent), child, None) is module:
+                delattr(sys.modules[parent], child)
+    # Pyodide's import hook keeps the JavaScript objects it imported from (Pyodide's API among them):
+    # the finder's table and each loader let go of theirs.
+    import gc
+
+    for item in gc.get_objects():
+        kind = type(item).__name__
+        if kind == "JsFinder":
+            item.jsproxies.clear()
+        elif kind == "JsLoader":
+            item.jsproxy = None
+    if not any(finder is _RefuseJs for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RefuseJs)  # pyright: ignore[reportArgumentType]
+    sys.path_importer_cache.clear()
+
+
+def serve(bridge: Any) -> str:
     """The worker's Python main loop: warm up, then wait for messages; run the one script and return.
 
-    Entered once from JavaScript with ``callPromising`` before the worker says ``ready``; it waits
-    suspended in ``run_sync``, so a run resumes a stack that is already there. ``prepare`` messages
-    (stubs) are handled while waiting; the ``run`` message's result (JSON) is the return value.
+    Entered once from JavaScript with ``callPromising`` before the worker says ``ready``, with the
+    bridge; it waits suspended in ``run_sync``, so a run resumes a stack that is already there.
+    ``prepare`` messages (stubs) are handled while waiting; the ``run`` message's result (JSON) is the
+    return value.
     """
-    from pyodide.ffi import run_sync  # pyright: ignore[reportMissingImports]
-
+    global _bridge
+    _bridge = bridge
+    del bridge
     warm_up()
-    host = _host()
+    seal()
     while True:
-        message = _loads(run_sync(host.next_message()))
+        message = _loads(_run_sync(_bridge("next")))
         if isinstance(message.get("stubs"), str):
             prepare(message["stubs"], message.get("version"))
         if message.get("op") == "run":

@@ -17,6 +17,16 @@
 // this script, read/write of the workspace, and network only when runs may use it; never env, run,
 // ffi or sys. Before the script runs, this program revokes network (unless the run allows it) and
 // read of everything but the workspace and the package wheels.
+//
+// JavaScript is out of reach of the script (`seal`): Pyodide gets an empty frozen object as its `js`
+// module, `js` and `pyodide_js` are unregistered, and before the script runs the realm loses every
+// capability a JavaScript object could lead to: code from strings (`eval`, the `Function` constructors),
+// `Deno`, `process`, `Worker` and storage are gone, the intrinsics are frozen (so the code below cannot
+// be redirected by a polluted prototype), and `node:fs` refuses stdin, stdout and stderr. What Python
+// keeps is one narrow function (`bridge`): strings in, a string out, each checked here; every line this
+// program writes is built here and serialized here.
+
+import nodeFs from "node:fs";
 
 const MAX_CHUNK = 8192;
 const FLUSH_MS = 50;
@@ -26,6 +36,9 @@ const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
 const exit = Deno.exit.bind(Deno);
 const revokePermission = Deno.permissions.revokeSync.bind(Deno.permissions);
 const jsonStringify = JSON.stringify;
+const jsonParse = JSON.parse;
+const isArray = Array.isArray;
+const MAX_NAME = 256;
 
 // Nothing but bridge messages may reach stdout: console output goes to stderr.
 for (const name of ["log", "info", "debug", "dir", "table", "trace"]) {
@@ -145,8 +158,8 @@ function requestSync(server, tool, argumentsJson) {
   const id = nextId;
   const answer = `{"op":"result","id":${id},`;
   writeLine(
-    `{"op":"call","id":${id},"server":${jsonStringify(String(server))},` +
-      `"tool":${jsonStringify(String(tool))},"arguments":${argumentsJson}}`,
+    `{"op":"call","id":${id},"server":${jsonStringify(server)},` +
+      `"tool":${jsonStringify(tool)},"arguments":${jsonStringify(argumentsJson)}}`,
   );
   for (;;) {
     const line = stdin.nextSync();
@@ -160,8 +173,124 @@ function requestSync(server, tool, argumentsJson) {
   }
 }
 
-function request(server, tool, argumentsJson) {
-  return Promise.resolve(requestSync(server, tool, argumentsJson));
+// ----- the bridge: the one JavaScript function Python holds ---------------------------------------
+//
+// The script can reach it (it is in the prelude's globals), so it trusts nothing: it takes only strings,
+// checks them, never throws (a JavaScript error would hand Python a JavaScript object) and returns a
+// string, `undefined`, or, before the run only, a Promise of the next host message. It has no prototype,
+// so its JsProxy leads nowhere.
+
+const bridgeState = { running: false, nextMessage: null, echo: (text) => Promise.resolve(text) };
+
+function refusal(message) {
+  return jsonStringify({ op: "result", error: { type: "NotCapable", message } });
+}
+
+function bridgeCall(op, a, b, c) {
+  if (op === "output") {
+    if (typeof a === "string") output.write(a);
+    return undefined;
+  }
+  if (op === "flush") {
+    output.flush();
+    return undefined;
+  }
+  if (op === "call") {
+    if (typeof a !== "string" || typeof b !== "string" || typeof c !== "string") {
+      return refusal("a tool call takes a server, a tool and JSON arguments, as strings");
+    }
+    if (a.length > MAX_NAME || b.length > MAX_NAME) return refusal("server or tool name too long");
+    let args;
+    try {
+      args = jsonParse(c);
+    } catch {
+      return refusal("the arguments of a tool call must be JSON");
+    }
+    if (args === null || typeof args !== "object" || isArray(args)) {
+      return refusal("the arguments of a tool call must be a JSON object");
+    }
+    return requestSync(a, b, args);
+  }
+  if (bridgeState.running) return undefined; // the waits below are the worker's, before the run
+  if (op === "next" && bridgeState.nextMessage) return bridgeState.nextMessage();
+  if (op === "echo" && typeof a === "string") return bridgeState.echo(a);
+  return undefined;
+}
+
+const bridge = Object.setPrototypeOf((op, a, b, c) => {
+  try {
+    return bridgeCall(op, a, b, c);
+  } catch {
+    return undefined;
+  }
+}, null);
+
+// ----- sealing the realm before the script runs ---------------------------------------------------
+
+function notCapable() {
+  throw new Error("NotCapable: JavaScript is out of reach in the pyodide runner");
+}
+
+const fdGuarded = [
+  "writeSync", "write", "writev", "writevSync", "readSync", "read", "readv", "readvSync", "closeSync", "close",
+  "fsyncSync", "fsync", "fdatasyncSync", "fdatasync", "ftruncateSync", "ftruncate", "fchmodSync", "fchownSync",
+  "futimesSync", "fstatSync",
+];
+
+function seal() {
+  // No code from strings: eval, and the four Function constructors wherever a function leads to them.
+  const constructors = [
+    Function,
+    Object.getPrototypeOf(async function () {}).constructor,
+    Object.getPrototypeOf(function* () {}).constructor,
+    Object.getPrototypeOf(async function* () {}).constructor,
+  ];
+  for (const constructor of constructors) {
+    Object.defineProperty(constructor.prototype, "constructor", { value: notCapable, writable: false });
+  }
+  // Capabilities of the realm: Deno's namespace, Node's process, workers, storage that outlives the run.
+  // Pyodide still names `Function` (for `Function.prototype.apply`, `instanceof Function`): a stand-in.
+  const standIn = function Function() {
+    notCapable();
+  };
+  Object.defineProperty(standIn, "prototype", { value: Function.prototype, writable: false });
+  globalThis.Function = standIn;
+  globalThis.eval = notCapable;
+  for (const name of [
+    "Deno", "process", "Worker", "require", "global", "localStorage", "sessionStorage",
+    "caches", "BroadcastChannel", "SharedWorker", "Bun",
+  ]) {
+    try {
+      delete globalThis[name];
+    } catch {
+      // not there
+    }
+    if (name in globalThis) Object.defineProperty(globalThis, name, { value: undefined, writable: false });
+  }
+  // node:fs, which Pyodide's NODEFS and its default stdout use: never the bridge's file descriptors.
+  for (const name of fdGuarded) {
+    const original = nodeFs[name];
+    if (typeof original !== "function") continue;
+    nodeFs[name] = function (fd, ...rest) {
+      if (typeof fd !== "number" || fd <= 2) throw new Error("NotCapable: not a file of the workspace");
+      return original.call(this, fd, ...rest);
+    };
+  }
+  Object.freeze(nodeFs);
+  // The intrinsics the code above uses after the script starts, frozen: a prototype the script
+  // pollutes (`Object.prototype.toJSON`, `Array.prototype.join`) cannot change what is written.
+  const arrayIterator = Object.getPrototypeOf([][Symbol.iterator]());
+  for (const object of [
+    Object, Object.prototype, Array, Array.prototype, Function.prototype, String, String.prototype,
+    Number, Number.prototype, Boolean.prototype, Symbol, Symbol.prototype, JSON, Math, Reflect, Promise,
+    Promise.prototype, RegExp, RegExp.prototype, Map.prototype, Set.prototype, WeakMap.prototype,
+    arrayIterator, Object.getPrototypeOf(arrayIterator), Object.getPrototypeOf(""[Symbol.iterator]()),
+    TextEncoder.prototype, TextDecoder.prototype, Uint8Array, Uint8Array.prototype,
+    Object.getPrototypeOf(Uint8Array), Object.getPrototypeOf(Uint8Array.prototype), performance,
+    Object.getPrototypeOf(performance), ...constructors.map((c) => c.prototype), notCapable, standIn, bridge,
+  ]) {
+    Object.freeze(object);
+  }
 }
 
 // ----- loading Pyodide ---------------------------------------------------------------------
@@ -204,6 +333,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     packageBaseUrl: index,
     packageCacheDir: index && !remote ? index : undefined,
     _loadSnapshot: snapshot,
+    jsglobals: Object.freeze(Object.create(null)), // what `js` would be: nothing
     env: { HOME: "/workspace" },
     stdin: () => null,
     stdout: (text) => output.write(text + "\n"),
@@ -212,15 +342,8 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   pyodide.mountNodeFS("/workspace", Deno.cwd());
   pyodide.mountNodeFS("/wheels", wheelsDir);
   const micropip = [...Deno.readDirSync(wheelsDir)].map((e) => e.name).filter((n) => /^micropip-.*\.whl$/.test(n));
-  const hostModule = {
-    output: (text) => output.write(text),
-    flush: () => output.flush(),
-    request,
-    request_sync: requestSync,
-    echo: (text) => Promise.resolve(text),
-    next_message: null,
-  };
-  pyodide.registerJsModule("_codemode_host", hostModule);
+  pyodide.unregisterJsModule("js");
+  pyodide.unregisterJsModule("pyodide_js");
   const codemode = pyodide.pyimport("_codemode");
   if (micropip.length > 0) codemode.install_wheels(pyodide.toPy([`/wheels/${micropip.sort().pop()}`]));
 
@@ -230,7 +353,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   let handOver = null;
   let waiting;
   const firstWait = new Promise((resolve) => (waiting = resolve));
-  hostModule.next_message = () =>
+  bridgeState.nextMessage = () =>
     new Promise((resolve) => {
       if (inbox.length > 0) {
         resolve(inbox.shift());
@@ -249,7 +372,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     }
   };
   output.cap = 0; // the warm-up's output is dropped
-  const serving = codemode.serve.callPromising();
+  const serving = codemode.serve.callPromising(bridge);
   await Promise.race([firstWait, serving]);
   output.pending = [];
   output.pendingChars = 0;
@@ -288,12 +411,23 @@ async function runOnce(pyodide, message, line, deliver, serving, paths) {
       if (errors.length > 0) throw new Error(`cannot load ${builds.join(", ")}: ${errors.join("; ")}`);
     }
     lockDown(message.allow_network === true, [paths.dir, paths.snapshotPath, new URL(import.meta.url).pathname]);
+    seal();
+    bridgeState.running = true;
     deliver(line);
-    done = JSON.parse(await serving);
+    done = doneFields(await serving);
   } catch (error) {
     done = { success: false, error: { type: "RunnerError", message: String(error?.message ?? error) } };
   }
-  output.flush({ op: "done", ...done, dropped: output.dropped });
+  output.flush({ ...done, op: "done", dropped: output.dropped });
+}
+
+// What Python returned for the run: the script may have rewritten the prelude, so it is checked here (a
+// JSON object, whose fields cannot set `op` or `dropped`: those are written after them).
+function doneFields(result) {
+  if (typeof result !== "string") throw new Error("the run did not return its result");
+  const done = jsonParse(result);
+  if (done === null || typeof done !== "object" || isArray(done)) throw new Error("the run's result is not an object");
+  return done;
 }
 
 function lockDown(allowNetwork, readable) {
