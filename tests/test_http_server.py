@@ -1,22 +1,28 @@
-"""Streamable HTTP: a real server process, real HTTP requests (auth, Host/Origin checks, stateless mode)."""
+"""Streamable HTTP: a real server process, real HTTP requests (auth, Host/Origin checks, sessions, stateless mode).
+
+Every Host/Origin technique has its own test in ``test_http_server_peers.py``.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
+from starlette.applications import Starlette
 
 from mcp_code_mode.cli import main
 from mcp_code_mode.config import CodeModeConfig, Settings
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.errors import ConfigError
-from mcp_code_mode.http_server import HttpOptions, build_http_app, check_bind, is_loopback, transport_security
+from mcp_code_mode.http_server import HttpOptions, build_http_app, check_bind, describe, is_loopback
 
 from .conftest import (
     ServerProcess,
@@ -25,6 +31,7 @@ from .conftest import (
     fixture_entry,
     http_client,
     http_server,
+    make_config,
     server_env,
     write_config,
 )
@@ -98,10 +105,10 @@ def test_a_foreign_origin_gets_403_and_a_foreign_host_421_even_with_the_token(se
     assert post(server.url, INIT, Origin=f"http://localhost:{port}", **auth).status_code == 200
 
 
-def test_a_foreign_origin_without_a_token_learns_nothing_but_401(server: ServerProcess) -> None:
+def test_a_foreign_origin_without_a_token_is_refused_before_auth_and_learns_nothing(server: ServerProcess) -> None:
     response = post(server.url, INIT, Origin="http://evil.example")
-    assert response.status_code == 401
-    assert "serverInfo" not in response.text
+    assert response.status_code == 403
+    assert "serverInfo" not in response.text and "www-authenticate" not in response.headers
 
 
 def test_health_answers_without_a_token_and_reveals_nothing(server: ServerProcess) -> None:
@@ -201,18 +208,77 @@ def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) ->
     check_bind(options, Settings.model_validate({"auth_token": TOKEN}))
 
 
-def test_configured_hosts_and_origins_are_added_to_loopback() -> None:
-    settings = Settings(
-        http_allowed_hosts="mcp.example.com, mcp.example.com:*", http_allowed_origins="https://app.example"
-    )
-    security = transport_security(HttpOptions(host="10.1.2.3"), settings)
-    assert {"127.0.0.1:*", "localhost", "10.1.2.3:*", "mcp.example.com", "mcp.example.com:*"} <= set(
-        security.allowed_hosts
-    )
-    assert {"http://localhost:*", "https://app.example"} <= set(security.allowed_origins)
-    assert security.enable_dns_rebinding_protection
-    wildcard = transport_security(HttpOptions(host="0.0.0.0"), Settings())
-    assert not any(h.startswith("0.0.0.0") for h in wildcard.allowed_hosts)
+def test_the_start_up_line_reports_the_session_limits_or_stateless() -> None:
+    settings = Settings(http_max_sessions=3, http_session_idle_s=90)
+    line = describe(HttpOptions(), settings)
+    assert "http://127.0.0.1:8000/mcp" in line and "at most 3 sessions, each closed after 90 s idle" in line
+    stateless = describe(HttpOptions(stateless=True), settings)
+    assert "stateless" in stateless and "sessions" not in stateless
+
+
+# ----- sessions: the SDK's session manager, with the cap and idle timeout from the settings ---------
+
+
+def session_app(**settings: Any) -> Starlette:
+    engine = CodeMode(make_config({}, pool_size=0, cpython_pool_size=0, warmup_timeout=0, **settings))
+    return build_http_app(engine, HttpOptions())
+
+
+@asynccontextmanager
+async def serving(app: Starlette) -> AsyncGenerator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http,
+    ):
+        yield http
+
+
+async def open_session(http: httpx2.AsyncClient) -> httpx2.Response:
+    return await http.post("/mcp", json=INIT, headers=MCP_HEADERS)
+
+
+async def list_tools(http: httpx2.AsyncClient, session_id: str) -> httpx2.Response:
+    headers = MCP_HEADERS | {"mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+    await http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    return await http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
+
+
+async def test_the_session_cap_refuses_one_more_with_503_while_the_open_sessions_keep_working() -> None:
+    with anyio.fail_after(60):
+        async with serving(session_app(http_max_sessions=2, http_session_idle_s=600)) as http:
+            ids: list[str] = []
+            for _ in range(2):
+                opened = await open_session(http)
+                assert opened.status_code == 200, opened.text
+                ids.append(opened.headers["mcp-session-id"])
+            refused = await open_session(http)
+            assert refused.status_code == 503 and "Too many open sessions" in refused.text
+            assert "mcp-session-id" not in refused.headers
+            for session_id in ids:
+                listed = await list_tools(http, session_id)
+                assert listed.status_code == 200 and "execute_code" in listed.text
+            # a client that ends its session (DELETE) makes room for a new one
+            ended = await http.delete("/mcp", headers={"mcp-session-id": ids[0], "mcp-protocol-version": "2025-11-25"})
+            assert ended.status_code == 200
+            assert (await open_session(http)).status_code == 200
+
+
+async def test_an_idle_session_is_closed_its_place_freed_and_its_id_then_gets_404() -> None:
+    with anyio.fail_after(60):
+        async with serving(session_app(http_max_sessions=1, http_session_idle_s=0.3)) as http:
+            first = await open_session(http)
+            assert first.status_code == 200
+            session_id = first.headers["mcp-session-id"]
+            # The cap refuses a second session while the first is open; once it is reaped, one opens.
+            # (Asking the first session itself would keep it alive.)
+            deadline = anyio.current_time() + 30
+            while (second := await open_session(http)).status_code == 503:
+                assert anyio.current_time() < deadline, "the idle session was not reaped"
+                await anyio.sleep(0.05)  # polling for the idle reap: there is no event to wait on
+            assert second.status_code == 200
+            gone = await list_tools(http, session_id)
+            assert gone.status_code == 404 and "Session not found" in gone.text
 
 
 async def test_the_token_reaches_neither_scripts_nor_downstream_servers_nor_the_log(server: ServerProcess) -> None:

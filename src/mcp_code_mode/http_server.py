@@ -1,9 +1,16 @@
-"""Streamable HTTP serving: bearer-token auth, DNS-rebinding protection, and the start-up checks.
+"""Streamable HTTP serving: bearer-token auth, DNS-rebinding protection, session limits, start-up checks.
 
-Everything here configures the SDK's own mechanisms: a ``TokenVerifier`` for its bearer-auth
-middleware (401 without a valid ``Authorization: Bearer`` header), ``TransportSecuritySettings`` for
-its Host/Origin checks (421 for a foreign Host, 403 for a foreign Origin), and its session manager
-(stateful, or stateless for replicas behind a load balancer).
+- Host and Origin (``PeerPolicy``, enforced by ``PeerCheck`` before anything else, on every path but
+  ``/healthz``): each header is parsed (IPv6 brackets, case, a trailing dot, default ports) and compared
+  by scheme, host and port with the allowed list: loopback names on the bound port, the bound address,
+  and ``CODE_MODE_HTTP_ALLOWED_HOSTS`` / ``_ORIGINS`` (``host:*`` allows any port). Anything else, or a
+  header that does not parse (userinfo, a path, junk after the port, a duplicate), gets 421 (Host) or
+  403 (Origin). The SDK's own check matches prefixes (``localhost:*`` lets ``localhost:1@evil`` in),
+  so it is turned off.
+- Bearer auth: the SDK's middleware with a ``TokenVerifier`` (401 without a valid token).
+- Sessions: the SDK's session manager, with at most ``CODE_MODE_HTTP_MAX_SESSIONS`` open (one more
+  gets 503 while the open ones keep working) and each closed after ``CODE_MODE_HTTP_SESSION_IDLE_S``
+  without a request (its id then answers 404); or stateless, for replicas behind a load balancer.
 """
 
 from __future__ import annotations
@@ -11,8 +18,10 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import re
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -21,6 +30,7 @@ from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import Settings
 from .engine import CodeMode
@@ -92,19 +102,170 @@ def _split(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def transport_security(options: HttpOptions, settings: Settings) -> TransportSecuritySettings:
-    """Host and Origin allow-lists: loopback, the bound address, and the configured extras."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+Port = int | Literal["*"] | None
+"""A port; ``"*"`` any port (allowed lists only); ``None`` none given, i.e. the scheme's default port."""
+
+_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+_PORT = re.compile(r"[1-9][0-9]{0,4}")
+_OWS = " \t"
+
+
+def parse_authority(text: str, *, wildcard: bool = False) -> tuple[str, Port]:
+    """``host[:port]`` (a Host header, or an origin after ``scheme://``) as ``(host, port)``.
+
+    The host is lowercase without a trailing dot, or a bracketed IPv6 address in its compressed form
+    (``[0:0::1]`` is ``[::1]``). Raises ``ValueError`` saying why for anything else: userinfo, a path,
+    whitespace inside, an IPv6 address without brackets or with a zone, an empty or out-of-range port,
+    ``:*`` unless ``wildcard``.
+    """
+    if not text:
+        raise ValueError("empty")
+    if not text.isascii():
+        raise ValueError("not ASCII")
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError("an IPv6 address without its closing ']'")
+        literal, rest = text[1:end], text[end + 1 :]
+        if "%" in literal:
+            raise ValueError("an IPv6 zone id")
+        try:
+            host = f"[{ipaddress.IPv6Address(literal).compressed}]"
+        except ValueError:
+            raise ValueError(f"[{literal}] is not an IPv6 address") from None
+    else:
+        name, colon, port = text.partition(":")
+        if ":" in port:
+            raise ValueError("more than one ':' (an IPv6 address goes in brackets)")
+        name = name.lower()
+        name = name.removesuffix(".")  # "localhost." is the same DNS name as "localhost"
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a host name or an IPv4 address")
+        host, rest = name, colon + port
+    if not rest:
+        return host, None
+    if not rest.startswith(":"):
+        raise ValueError(f"{rest!r} after the address")
+    port = rest[1:]
+    if port == "*" and wildcard:
+        return host, "*"
+    if not _PORT.fullmatch(port) or int(port) > 65535:
+        raise ValueError(f"{port!r} is not a port")
+    return host, int(port)
+
+
+def parse_origin(text: str, *, wildcard: bool = False) -> tuple[str, str, Port]:
+    """``scheme://host[:port]`` (an Origin header) as ``(scheme, host, port)``, the port made explicit."""
+    scheme, sep, authority = text.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in DEFAULT_PORTS:
+        raise ValueError("not http://host[:port] or https://host[:port]")
+    host, port = parse_authority(authority, wildcard=wildcard)
+    return scheme, host, DEFAULT_PORTS[scheme] if port is None else port
+
+
+@dataclass(frozen=True)
+class PeerPolicy:
+    """The Host and Origin values the HTTP server accepts, each compared by scheme, host and port."""
+
+    hosts: tuple[tuple[str, Port], ...]
+    """``(host, port)``; a port of ``None`` is the request scheme's default port."""
+    origins: tuple[tuple[str, str, Port], ...]
+    """``(scheme, host, port)``."""
+
+    def host_allowed(self, value: str, scheme: str = "http") -> bool:
+        """Whether a Host header names an allowed host and port (missing port: ``scheme``'s default)."""
+        try:
+            host, port = parse_authority(value.strip(_OWS))
+        except ValueError:
+            return False
+        default = DEFAULT_PORTS.get(scheme, 80)
+        given = default if port is None else port
+        return any(h == host and (p == "*" or (default if p is None else p) == given) for h, p in self.hosts)
+
+    def origin_allowed(self, value: str) -> bool:
+        """Whether an Origin header is an allowed scheme, host and port."""
+        try:
+            scheme, host, port = parse_origin(value.strip(_OWS))
+        except ValueError:
+            return False
+        return any(s == scheme and h == host and p in ("*", port) for s, h, p in self.origins)
+
+
+def peer_policy(options: HttpOptions, settings: Settings) -> PeerPolicy:
+    """Loopback names and the bound address on the bound port (any port when it is 0), plus the configured
+    extras. Raises one ``ConfigError`` naming every extra that does not parse."""
+    port: Port = "*" if options.port == 0 else options.port
     names: list[str] = list(LOOPBACK_NAMES)
     bound = options.host.strip("[]")
-    if bound not in ("0.0.0.0", "::") and not is_loopback(bound):
-        names.append(f"[{bound}]" if ":" in bound else bound)
-    hosts = [*names, *(f"{name}:*" for name in names), *_split(settings.http_allowed_hosts)]
-    origins = [
-        *(f"{scheme}://{name}" for scheme in ("http", "https") for name in names),
-        *(f"{scheme}://{name}:*" for scheme in ("http", "https") for name in names),
-        *_split(settings.http_allowed_origins),
-    ]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    if bound not in ("0.0.0.0", "::"):
+        try:
+            name, _ = parse_authority(f"[{bound}]" if ":" in bound else bound)
+        except ValueError:
+            name = None  # uvicorn will refuse to bind it anyway
+        if name is not None and name not in names:
+            names.append(name)
+    hosts: list[tuple[str, Port]] = [(name, port) for name in names]
+    origins: list[tuple[str, str, Port]] = [("http", name, port) for name in names]
+    problems: list[str] = []
+    for entry in _split(settings.http_allowed_hosts):
+        try:
+            hosts.append(parse_authority(entry, wildcard=True))
+        except ValueError as exc:
+            problems.append(f"CODE_MODE_HTTP_ALLOWED_HOSTS: {entry!r}: {exc} (expected host, host:port or host:*)")
+    for entry in _split(settings.http_allowed_origins):
+        try:
+            origins.append(parse_origin(entry, wildcard=True))
+        except ValueError as exc:
+            problems.append(
+                f"CODE_MODE_HTTP_ALLOWED_ORIGINS: {entry!r}: {exc} "
+                "(expected scheme://host, scheme://host:port or scheme://host:*)"
+            )
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return PeerPolicy(tuple(dict.fromkeys(hosts)), tuple(dict.fromkeys(origins)))
+
+
+class PeerCheck:
+    """ASGI middleware: 421 unless there is exactly one allowed Host header, 403 for an Origin header
+    (present, even empty) that is not allowed or comes twice; ``exempt`` paths are not checked."""
+
+    def __init__(self, app: ASGIApp, policy: PeerPolicy, exempt: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self.policy = policy
+        self.exempt = exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hosts = [value.decode("latin-1") for key, value in headers if key == b"host"]
+        origins = [value.decode("latin-1") for key, value in headers if key == b"origin"]
+        if len(hosts) != 1 or not self.policy.host_allowed(hosts[0], scope["scheme"]):
+            logger.warning(
+                "refused a request with Host %.200r (allowed: loopback, CODE_MODE_HTTP_ALLOWED_HOSTS)", hosts
+            )
+            response = PlainTextResponse("Invalid Host header (see CODE_MODE_HTTP_ALLOWED_HOSTS)", status_code=421)
+        elif len(origins) > 1 or (origins and not self.policy.origin_allowed(origins[0])):
+            logger.warning("refused a request with Origin %.200r (see CODE_MODE_HTTP_ALLOWED_ORIGINS)", origins)
+            response = PlainTextResponse("Invalid Origin header (see CODE_MODE_HTTP_ALLOWED_ORIGINS)", status_code=403)
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)
+
+
+def describe(options: HttpOptions, settings: Settings) -> str:
+    """The start-up line: where, auth, and the session limits (or stateless)."""
+    sessions = (
+        "stateless"
+        if options.stateless
+        else f"at most {settings.http_max_sessions} sessions, each closed after {settings.http_session_idle_s:g} s idle"
+    )
+    auth = "bearer token required" if auth_token(settings) else "no token: loopback only"
+    return f"mcp-code-mode: serving MCP over streamable HTTP at {options.url} ({auth}; {sessions})"
 
 
 def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
@@ -130,14 +291,21 @@ def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
 
 def build_http_app(engine: CodeMode, options: HttpOptions) -> Starlette:
     """The ASGI app (its lifespan starts and stops the engine)."""
-    check_bind(options, engine.config.settings)
+    settings = engine.config.settings
+    check_bind(options, settings)
+    policy = peer_policy(options, settings)
     server = build_http_server(engine, options)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=options.path,
         stateless_http=options.stateless,
-        transport_security=transport_security(options, engine.config.settings),
+        session_idle_timeout=settings.http_session_idle_s,
+        max_sessions=settings.http_max_sessions,
+        # PeerCheck compares Host and Origin exactly; the SDK's check (prefix matches) stays off.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=options.host,
     )
+    app.add_middleware(PeerCheck, policy=policy, exempt=("/healthz",))
+    return app
 
 
 async def serve_http(engine: CodeMode, options: HttpOptions) -> None:
@@ -146,13 +314,7 @@ async def serve_http(engine: CodeMode, options: HttpOptions) -> None:
 
     app = build_http_app(engine, options)
     settings = engine.config.settings
-    print(
-        f"mcp-code-mode: serving MCP over streamable HTTP at {options.url} "
-        f"({'bearer token required' if auth_token(settings) else 'no token: loopback only'}"
-        f"{', stateless' if options.stateless else ''})",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(describe(options, settings), file=sys.stderr, flush=True)
     if options.host.strip("[]") in ("0.0.0.0", "::") and not settings.http_allowed_hosts:
         print(
             "mcp-code-mode: listening on every address, but only loopback Host headers are accepted: "
