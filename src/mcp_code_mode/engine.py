@@ -18,7 +18,19 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from .bridge import ToolDispatcher
-from .cache import NewScript, ScriptCache, StoredScript, ToolUse, check_mode, code_key, derive_description, full_key
+from .cache import (
+    KeyContext,
+    NewScript,
+    ScriptCache,
+    StoredScript,
+    ToolUse,
+    check_mode,
+    code_key,
+    derive_description,
+    full_key,
+    runner_identity,
+    stubs_digest,
+)
 from .cache.embed import make_embedder
 from .config import CodeModeConfig
 from .discovery import ToolSearch, select_tools
@@ -277,7 +289,18 @@ class CodeMode:
         if not 1 <= timeout <= settings.max_timeout_ms:
             raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
         requirements = self._validate_packages(lang, packages or [])
-        key = code_key(lang, chosen.name, code, requirements)
+        # The key holds what the run depends on: the policy in force, the runner's identity, the
+        # stubs the script will see (this bundle is the one the run gets), besides code and packages.
+        bundle = self.bundle(chosen.stub_language)
+        context = KeyContext(
+            language=lang,
+            runner=chosen.name,
+            runner_identity=runner_identity(chosen),
+            network=network,
+            packages=tuple(requirements),
+            stubs=stubs_digest(bundle.source),
+        )
+        key = code_key(code, context)
         # In a worker thread: a hit is counted, and another process may hold the write lock a moment.
         # A mode that reads nothing skips the thread hop (a few hundred µs on a busy host).
         hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, key) if self.scripts.reads(mode) else None
@@ -295,7 +318,6 @@ class CodeMode:
             except PackageError as exc:
                 error = {"type": "PackageInstallError", "message": str(exc)}
                 return RunResult.model_validate({"success": False, "error": error, "hash": key, **common})
-        bundle = self.bundle(chosen.stub_language)
         request = RunRequest(
             code=code,
             language=lang,

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mcp_code_mode.cache import NewScript, ToolUse, code_key, derive_description, full_key
+from mcp_code_mode.cache import KeyContext, NewScript, ToolUse, code_key, derive_description, full_key
+
+
+def key_context(
+    *,
+    language: str = "python",
+    runner: str = "local",
+    runner_identity: str = "local-test",
+    network: bool = False,
+    packages: Sequence[str] = (),
+    stubs: str = "no-stubs",
+) -> KeyContext:
+    """A key context with test defaults; each argument changes one field."""
+    return KeyContext(language, runner, runner_identity, network, tuple(packages), stubs)
 
 
 def new_script(
@@ -19,7 +32,7 @@ def new_script(
     network: bool = False,
 ) -> NewScript:
     uses = [ToolUse(name.split(".", 1)[0], name.split(".", 1)[1], schema_hash) for name in tools]
-    key = code_key(language, "local", code, [])
+    key = code_key(code, key_context(language=language, network=network))
     return NewScript(
         hash=full_key(key, uses),
         code_key=key,

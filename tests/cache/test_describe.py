@@ -1,25 +1,8 @@
-"""Keys and derived descriptions of stored scripts."""
+"""Derived descriptions and search words of stored scripts (keys: ``test_keys``)."""
 
 from __future__ import annotations
 
-from mcp_code_mode.cache.describe import ToolUse, code_key, derive_description, full_key, search_text
-
-
-def test_the_code_key_ignores_indentation_trailing_spaces_and_package_order() -> None:
-    a = code_key("python", "local", "x = 1   \nprint(x)\n", ["b", "a"])
-    b = code_key("python", "local", "\n    x = 1\n    print(x)", ["a", "b"])
-    assert a == b
-    assert a != code_key("python", "local", "x = 2\nprint(x)", ["a", "b"])
-    assert a != code_key("python", "other", "x = 1\nprint(x)", ["a", "b"])
-    assert a != code_key("python", "local", "x = 1\nprint(x)", ["a"])
-
-
-def test_the_full_key_changes_when_a_used_tool_changes_its_schema() -> None:
-    key = code_key("python", "local", "fs.read(path='x')", [])
-    before = full_key(key, [ToolUse("fs", "read", "aaa")])
-    assert before == full_key(key, [ToolUse("fs", "read", "aaa"), ToolUse("fs", "read", "aaa")])
-    assert before != full_key(key, [ToolUse("fs", "read", "bbb")])
-    assert before != full_key(key, [])
+from mcp_code_mode.cache.describe import derive_description, search_text
 
 
 def test_a_description_is_derived_from_docstring_comments_and_tools() -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from mcp_code_mode.cache.embed import HashingEmbedder, Vectors
-from mcp_code_mode.cache.schema import SCHEMA_VERSION
+from mcp_code_mode.cache.keys import KEY_VERSION
+from mcp_code_mode.cache.schema import MIGRATIONS, SCHEMA_VERSION
 from mcp_code_mode.cache.store import ScriptStore
 
 from .helpers import new_script
@@ -155,6 +156,29 @@ def test_an_empty_database_is_migrated_to_the_current_schema(tmp_path: Path) -> 
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert store.problems == []
+    finally:
+        store.close()
+
+
+def test_rows_keyed_before_key_version_2_stay_readable_but_never_answer_a_lookup(tmp_path: Path) -> None:
+    path = tmp_path / "scripts.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0] + "PRAGMA user_version = 1;")
+    conn.execute(
+        "INSERT INTO scripts(hash, code_key, language, runner, code, output, created_at, last_run_at, last_used_at)"
+        " VALUES ('ab' || printf('%062d', 0), 'old-code-key', 'python', 'local', 'print(1)', '1\n', 1, 1, 1)"
+    )
+    conn.commit()
+    conn.close()
+    store = ScriptStore(path, None).open()
+    try:
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        [old] = store.list()
+        assert (old.code, old.output, old.key_version) == ("print(1)", "1\n", 1)
+        assert store.get(old.hash) == old
+        assert store.candidates("old-code-key") == []
+        new = store.put(new_script("print(1)"))
+        assert new.key_version == KEY_VERSION and store.candidates(new.code_key) == [new]
     finally:
         store.close()
 

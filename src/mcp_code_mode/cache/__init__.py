@@ -7,8 +7,9 @@ error during a run is logged and treated as a miss.
 
 Modes of ``execute_code``'s ``cache`` parameter:
 
-- ``auto`` (default): replay an exact hit only if that run had no side effects (no tool calls, no
-  files written, no network) and ran less than ``cache_ttl`` seconds ago; otherwise run and store.
+- ``auto`` (default): replay an exact hit only if the host saw that run have no side effects (it
+  made no tool call, left no file, and was not granted the network, whatever the runner) and it
+  ran less than ``cache_ttl`` seconds ago; otherwise run and store.
 - ``reuse``: replay any exact hit.
 - ``refresh``: run again and overwrite the stored result.
 - ``off``: neither read nor write.
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..errors import UnsupportedError
-from .describe import ToolUse, code_key, derive_description, full_key, normalize_code
+from .describe import ToolUse, derive_description
 from .embed import Embedder, HashingEmbedder, StaticEmbedder, make_embedder
+from .keys import KEY_VERSION, KeyContext, code_key, full_key, keyed_code, runner_identity, stubs_digest
 from .models import NewScript, SearchResult, StoredScript
 from .store import ScriptStore
 
@@ -177,6 +179,8 @@ __all__ = [
     "CacheMode",
     "Embedder",
     "HashingEmbedder",
+    "KEY_VERSION",
+    "KeyContext",
     "NewScript",
     "ScriptCache",
     "ScriptStore",
@@ -188,6 +192,8 @@ __all__ = [
     "code_key",
     "derive_description",
     "full_key",
+    "keyed_code",
     "make_embedder",
-    "normalize_code",
+    "runner_identity",
+    "stubs_digest",
 ]

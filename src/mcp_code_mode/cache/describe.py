@@ -1,15 +1,11 @@
-"""What a stored script is: its key, and words that describe it for search.
+"""Words that describe a stored script for search: derived descriptions, identifiers, search text.
 
-The key of a run is ``sha256(language, runner, normalized code, sorted packages, tools used with the
-hash of each one's schema)``. The part without tools (``code_key``) is known before a run; the tools
-are known after it, so a lookup finds the entries of a ``code_key`` and keeps the one whose tools
-still have the schemas they had (``full_key``).
+(The keys of stored runs are in ``keys``.)
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import io
 import re
 import textwrap
@@ -38,23 +34,10 @@ class ToolUse:
 
 
 def normalize_code(code: str) -> str:
-    """The code as it is keyed: common indentation, trailing spaces and blank edges removed."""
+    """The code as it is analysed for descriptions and search words (never for keys: see ``keys``):
+    common indentation, trailing spaces and blank edges removed."""
     lines = [line.rstrip() for line in textwrap.dedent(code).splitlines()]
     return "\n".join(lines).strip("\n")
-
-
-def _sha(parts: Iterable[str]) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def code_key(language: str, runner: str, code: str, packages: Iterable[str]) -> str:
-    """The key of a request before it runs: language, runner, normalized code, sorted packages."""
-    return _sha([language, runner, normalize_code(code), "packages", *sorted(set(packages))])
-
-
-def full_key(code_key_: str, tools: Iterable[ToolUse]) -> str:
-    """The key of a run: its ``code_key`` and the tools it used with their schema hashes."""
-    return _sha([code_key_, "tools", *(f"{t.server}\0{t.tool}\0{t.schema_hash}" for t in sorted(set(tools)))])
 
 
 def _comments(code: str) -> list[str]:

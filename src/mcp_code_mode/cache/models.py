@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .describe import ToolUse
+from .keys import KEY_VERSION
 from .search import Hit
 
 
@@ -31,7 +32,9 @@ class NewScript:
     tools: list[ToolUse]
     tool_calls: int
     network: bool
+    """The run was granted the network (the policy in force, whatever the runner)."""
     execution_ms: float
+    key_version: int = KEY_VERSION
 
 
 @dataclass
@@ -60,10 +63,12 @@ class StoredScript:
     created_at: float
     last_run_at: float
     last_used_at: float
+    key_version: int = KEY_VERSION
+    """The ``keys.KEY_VERSION`` it was keyed with; lookups only match the current one."""
 
     @property
     def side_effect_free(self) -> bool:
-        """No tool calls, no files written, no network: replaying it skips nothing that mattered."""
+        """What the host saw: no tool call, no file left, no network granted (never the runner's name)."""
         return self.tool_calls == 0 and not self.files and not self.network
 
     def summary(self) -> dict[str, Any]:
@@ -94,6 +99,7 @@ class StoredScript:
             "toolCalls": self.tool_calls,
             "network": self.network,
             "sideEffectFree": self.side_effect_free,
+            "keyVersion": self.key_version,
             "executionTime": round(self.execution_ms),
             "created": _iso(self.created_at),
             "lastRun": _iso(self.last_run_at),
@@ -129,6 +135,7 @@ def row_to_script(row: sqlite3.Row) -> StoredScript:
         created_at=row["created_at"],
         last_run_at=row["last_run_at"],
         last_used_at=row["last_used_at"],
+        key_version=row["key_version"],
     )
 
 

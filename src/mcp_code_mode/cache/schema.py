@@ -68,6 +68,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL DEFAULT 0);
     INSERT INTO counters(name, value) VALUES ('lookups', 0), ('hits', 0), ('replays', 0), ('stores', 0);
     """,
+    # 2: the key version of each row (``keys.KEY_VERSION``). Rows from before it were keyed by
+    # normalised code, without the network policy or the runner's identity: they keep 1, which no
+    # lookup asks for, and stay listed, searchable and exportable.
+    """
+    ALTER TABLE scripts ADD COLUMN key_version INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -27,6 +27,7 @@ import numpy as np
 
 from .describe import search_text
 from .embed import Embedder, EmbedderUnavailable
+from .keys import KEY_VERSION
 from .models import NewScript, SearchResult, StoredScript, row_to_script
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .search import CANDIDATES, VectorIndex, fts_query, fuse, query_terms, selective_terms
@@ -201,13 +202,14 @@ class ScriptStore:
         if row is None:
             tools = [{"server": t.server, "tool": t.tool, "schema_hash": t.schema_hash} for t in script.tools]
             cursor = conn.execute(
-                "INSERT INTO scripts(hash, code_key, language, runner, code, packages, description,"
+                "INSERT INTO scripts(hash, code_key, key_version, language, runner, code, packages, description,"
                 " description_given, tools, tool_names, created_at, last_run_at, last_used_at,"
-                f" {', '.join(values)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                f" {', '.join(values)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                 f" {', '.join('?' for _ in values)})",
                 (
                     script.hash,
                     script.code_key,
+                    script.key_version,
                     script.language,
                     script.runner,
                     script.code,
@@ -262,10 +264,12 @@ class ScriptStore:
         return row_to_script(rows[0]) if len(rows) == 1 else None
 
     def candidates(self, code_key: str) -> list[StoredScript]:
-        """The stored runs of one code key (usually one), most recently run first."""
+        """The stored runs of one code key (usually one), most recently run first; only rows keyed
+        with the current ``KEY_VERSION`` (older rows are kept, but never answer a request)."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT * FROM scripts WHERE code_key = ? ORDER BY last_run_at DESC", (code_key,)
+                "SELECT * FROM scripts WHERE code_key = ? AND key_version = ? ORDER BY last_run_at DESC",
+                (code_key, KEY_VERSION),
             ).fetchall()
         return [row_to_script(r) for r in rows]
 
