@@ -354,9 +354,10 @@ class CodeMode:
                 truncated=outcome.truncated,
                 files=[{"path": f.path, "size": f.size} for f in outcome.files],
                 tools=tools,
+                # What the host saw, never what a runner is assumed unable to do: every call that
+                # reached a downstream server, the files left in the workspace, the network granted.
                 tool_calls=len(dispatcher.calls),
-                # The local runner's interpreter cannot open a socket unless a package brings one.
-                network=network and (chosen.name != "local" or bool(requirements)),
+                network=network,
                 execution_ms=outcome.duration * 1000,
             )
         if self.scripts.writes(mode):

@@ -47,20 +47,88 @@ async def test_auto_replays_a_side_effect_free_run_from_the_cache(cm: CodeMode) 
     assert stored is not None and stored.hit_count == 1 and stored.run_count == 1
 
 
-async def test_auto_runs_again_when_the_run_could_reach_the_network(cm: CodeMode) -> None:
+async def test_auto_runs_again_when_the_run_was_granted_the_network(cm: CodeMode) -> None:
     code = PURE + "  # networking on"
     await cm.execute(code, allow_networking=True, runner="cpython")
     again = await cm.execute(code, allow_networking=True, runner="cpython")
     assert not again.cached
     offline = await cm.execute(code, allow_networking=False, runner="cpython")
-    assert offline.success and not offline.cached  # the stored run for this key had networking on
+    assert offline.success and not offline.cached and offline.hash != again.hash  # another policy, another key
 
 
-async def test_the_local_runner_without_packages_cannot_reach_the_network_so_auto_replays(cm: CodeMode) -> None:
-    code = PURE + "  # local, networking allowed but unreachable"
+async def test_a_local_run_granted_the_network_is_not_replayed_whatever_its_interpreter_allows(cm: CodeMode) -> None:
+    code = PURE + "  # local, networking allowed"
     first = await cm.execute(code, allow_networking=True)
     again = await cm.execute(code, allow_networking=True)
-    assert not first.cached and again.cached
+    assert first.success and not first.cached and not again.cached
+    stored = cm.scripts.get(first.hash)
+    assert stored is not None and stored.network and not stored.side_effect_free
+
+
+async def test_networking_allowed_and_not_allowed_never_replay_each_other(cm: CodeMode) -> None:
+    code = PURE + "  # network policy in the key"
+    online = await cm.execute(code, allow_networking=True, cache="reuse")
+    offline = await cm.execute(code, allow_networking=False, cache="reuse")
+    assert not online.cached and not offline.cached and online.hash != offline.hash
+    assert (await cm.execute(code, allow_networking=True, cache="reuse")).hash == online.hash
+    assert (await cm.execute(code, allow_networking=False, cache="reuse")).hash == offline.hash
+
+
+async def test_a_run_of_one_runner_is_never_replayed_for_another(cm: CodeMode) -> None:
+    code = PURE + "  # runner in the key"
+    local = await cm.execute(code, allow_networking=False, cache="reuse")
+    cpython = await cm.execute(code, allow_networking=False, runner="cpython", cache="reuse")
+    assert not local.cached and not cpython.cached and cpython.runner == "cpython"
+    assert local.hash != cpython.hash
+
+
+def separated(separator: str) -> str:
+    """A script printing how many lines its string has: 2 with a newline, 1 with any other separator."""
+    return f'parts = """a{separator}b""".split("\\n")\nprint(len(parts))'
+
+
+@pytest.mark.parametrize("separator", ["\x1c", "\u2028", "\x0c"])
+async def test_a_program_differing_only_in_a_non_newline_separator_runs_instead_of_replaying(
+    cm: CodeMode, separator: str
+) -> None:
+    with_newline = await cm.execute(separated("\n") + f"  # {ord(separator)}", allow_networking=False)
+    assert with_newline.success and with_newline.output == "2\n"
+    other = await cm.execute(separated(separator) + f"  # {ord(separator)}", allow_networking=False)
+    assert other.success and not other.cached and other.output == "1\n"
+
+
+async def test_trailing_spaces_inside_a_triple_quoted_string_run_instead_of_replaying(cm: CodeMode) -> None:
+    plain = await cm.execute('print(len("""a\nb"""))  # spaces', allow_networking=False)
+    spaced = await cm.execute('print(len("""a   \nb"""))  # spaces', allow_networking=False)
+    assert (plain.output, spaced.output) == ("3\n", "6\n")
+    assert not spaced.cached
+
+
+async def test_only_trailing_newlines_are_ignored_by_the_key(cm: CodeMode) -> None:
+    code = PURE + "  # trailing newlines"
+    first = await cm.execute(code, allow_networking=False)
+    again = await cm.execute(code + "\n\n", allow_networking=False)
+    assert again.cached and again.hash == first.hash
+    indented = await cm.execute("    " + code, allow_networking=False)
+    assert not indented.cached and not indented.success  # an indented program is an IndentationError
+
+
+async def test_a_script_that_calls_no_tool_runs_again_when_the_stubs_it_sees_change(cm: CodeMode) -> None:
+    code = "print(hasattr(fixture, 'echo'))  # stubs"
+    first = await cm.execute(code, allow_networking=False)
+    assert first.success and first.tool_calls == 0 and first.output == "True\n"
+    assert (await cm.execute(code, allow_networking=False)).cached
+    server = cm.pool.servers["fixture"]
+    original = list(server.tools)
+    server.tools = [t for t in original if t.name != "echo"]
+    cm.pool._changed()
+    try:
+        without_echo = await cm.execute(code, allow_networking=False)
+        assert not without_echo.cached and without_echo.output == "False\n"
+    finally:
+        server.tools = original
+        cm.pool._changed()
+    assert (await cm.execute(code, allow_networking=False)).cached
 
 
 async def test_a_script_that_writes_through_a_tool_runs_again_so_the_write_happens_again(cm: CodeMode) -> None:
@@ -79,11 +147,30 @@ n + 1
     assert first.hash == second.hash
 
 
-async def test_files_written_in_the_workspace_prevent_an_auto_replay(cm: CodeMode) -> None:
+@pytest.mark.parametrize("runner", ["local", "cpython"])
+async def test_files_written_in_the_workspace_prevent_an_auto_replay_whatever_the_runner(
+    cm: CodeMode, runner: str
+) -> None:
     code = "with open('out.txt', 'w') as f:\n    f.write('x')\nprint('wrote')"
-    first = await cm.execute(code, allow_networking=False)
+    first = await cm.execute(code, allow_networking=False, runner=runner)
     assert first.success and [f.path for f in first.files] == ["out.txt"]
-    assert not (await cm.execute(code, allow_networking=False)).cached
+    stored = cm.scripts.get(first.hash)
+    assert stored is not None and not stored.side_effect_free
+    assert not (await cm.execute(code, allow_networking=False, runner=runner)).cached
+
+
+@pytest.mark.parametrize("runner", ["local", "cpython"])
+async def test_a_run_with_a_tool_call_is_not_stored_as_replayable_whatever_the_runner(
+    cm: CodeMode, runner: str
+) -> None:
+    code = "fixture.echo(text='side effect')  # tool call"
+    first = await cm.execute(code, allow_networking=False, runner=runner)
+    assert first.success and first.tool_calls == 1
+    stored = cm.scripts.get(first.hash)
+    assert stored is not None and not stored.side_effect_free
+    calls = calls_to(cm, "fixture")
+    again = await cm.execute(code, allow_networking=False, runner=runner)
+    assert not again.cached and calls_to(cm, "fixture") == calls + 1
 
 
 async def test_reuse_replays_a_run_with_tool_calls_without_calling_the_tool(cm: CodeMode) -> None:
