@@ -373,15 +373,18 @@ async def test_type_errors_are_found_by_deno_check_at_the_users_lines(engine: Co
 
 
 def processes_in(root: Path) -> set[int]:
-    """Pids of the processes whose working directory is inside ``root`` (workers run in their workspace)."""
+    """Pids of the processes whose working directory is inside ``root`` (workers without namespaces run in
+    a host workspace) or whose command line names a path inside it (a sandboxed worker's Deno cache)."""
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cwd = (entry / "cwd").readlink()
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if cwd.is_relative_to(root) and alive(int(entry.name)):
+            mine = cwd.is_relative_to(root) or str(root).encode() in cmdline
+            if mine and alive(int(entry.name)):
                 found.add(int(entry.name))
     return found
 
@@ -389,7 +392,7 @@ def processes_in(root: Path) -> set[int]:
 @pytest.mark.parametrize("settle", [True, False], ids=["warm-pool", "mid-refill"])
 async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces(tmp_path: Path, settle: bool) -> None:
     runs = tmp_path / "runs"
-    config = make_config({}, workspace_dir=runs, pool_size=2)
+    config = make_config({}, workspace_dir=runs, pool_size=2, deno_dir=tmp_path / "deno")
     async with CodeMode(config) as cm:
         runner = cm.runners["deno"]
         assert isinstance(runner, DenoRunner)
@@ -399,9 +402,9 @@ async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces
             with anyio.fail_after(30):
                 while runner.pool.warm < 2:
                     await anyio.sleep(0.05)
-        assert processes_in(runs)
+        assert processes_in(tmp_path)
     # Closed while finished workers were being reaped and new ones started: nothing may be left.
     with anyio.fail_after(10):
-        while processes_in(runs):
+        while processes_in(tmp_path):
             await anyio.sleep(0.05)
-    assert list(runs.iterdir()) == []
+    assert not runs.exists() or list(runs.iterdir()) == []

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mcp_code_mode.engine import CodeMode, RunResult
+from mcp_code_mode.runners.deno import DenoRunner
 
 from ..fixtures.loopback import Loopback, loopback_server
 
@@ -125,8 +126,11 @@ async def test_process_env_is_empty(engine: CodeMode) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        "await new Deno.Command('touch', { args: [PATH] }).output();",
-        "new Deno.Command('sh', { args: ['-c', 'touch ' + PATH] }).spawn();",
+        # The sandbox has no touch or sh, so the one program it surely has, Deno itself, is what is asked for.
+        "await new Deno.Command(DENO, { args: ['eval', 'Deno.writeTextFileSync(' + JSON.stringify(PATH) + ', \"\")'] })"
+        ".output();",
+        "new Deno.Command(DENO, { args: ['eval', 'Deno.writeTextFileSync(' + JSON.stringify(PATH) + ', \"\")'] })"
+        ".spawn();",
         "require('node:child_process').execSync('touch ' + PATH);",
         "const { spawnSync } = await import('node:child_process'); spawnSync('touch', [PATH]);",
     ],
@@ -134,7 +138,9 @@ async def test_process_env_is_empty(engine: CodeMode) -> None:
 )
 async def test_subprocesses_are_refused(engine: CodeMode, tmp_path: Path, body: str) -> None:
     target = tmp_path / "created-by-subprocess"
-    result = await attempt(engine, body.replace("PATH", json.dumps(str(target))))
+    deno = engine.runners["deno"]
+    assert isinstance(deno, DenoRunner)
+    result = await attempt(engine, body.replace("PATH", json.dumps(str(target))).replace("DENO", json.dumps(deno.deno)))
     assert "refused: NotCapable" in result.output
     assert not target.exists()
 

@@ -38,7 +38,7 @@ from ..validate_ts import Finding, check_typescript
 from . import npm
 from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
 from .pool import Worker
-from .process import ProcessRunner, plain_launcher
+from .process import ProcessRunner, command_launcher
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +127,12 @@ class DenoRunner(ProcessRunner):
             f"--v8-flags=--max-old-space-size={MAX_HEAP_MB}",
             str(WORKER),
         ]
-        launcher = plain_launcher(argv, sandbox.settings.workspace_dir, env=deno_env(deno_dir))
-        # One kind of worker: it starts with --allow-net and revokes it before a script that may not use it.
-        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=Profile())
+        reads = lambda: [self.deno, WORKER, self.deno_dir]  # noqa: E731
+        launcher = command_launcher(sandbox, argv, reads=reads, env=deno_env(deno_dir))
+        # A worker starts with --allow-net and revokes it before a script that may not use it; its sandbox
+        # has the network (a profile of its own) only for runs that may use it.
+        profile = Profile(network=sandbox.settings.allow_network)
+        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=profile)
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()
 
@@ -151,7 +154,7 @@ class DenoRunner(ProcessRunner):
         return "deno-permissions"
 
     def profile_for(self, request: RunRequest) -> Profile:
-        return Profile()
+        return Profile(network=request.allow_network)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         plan = npm.plan(request.code, request.packages, self._check)

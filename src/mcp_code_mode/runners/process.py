@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +25,28 @@ from anyio.abc import TaskGroup
 
 from ..bridge import ToolDispatcher, serve_run
 from ..errors import RunnerError
-from ..sandbox import Profile, Sandbox, SandboxSpec, sandbox_environment
-from ..sandbox.core import make_workspace
+from ..sandbox import Profile, Sandbox, SandboxSpec
 from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
 from .pool import REAP_TIMEOUT, Launcher, Worker, WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def plain_launcher(argv: Sequence[str], workspace_root: Path | None, env: Mapping[str, str] | None = None) -> Launcher:
-    """Launch ``argv`` as it is (a worker that isolates itself, e.g. Deno) in a fresh host workspace.
-
-    The worker's cwd is the workspace; its environment is ``sandbox_environment`` plus ``env``.
-    """
+def command_launcher(
+    sandbox: Sandbox,
+    argv: Sequence[str],
+    *,
+    reads: Callable[[], Sequence[str | Path]],
+    env: Mapping[str, str],
+    memory_mb: int | None = None,
+) -> Launcher:
+    """Launch ``argv``, a program that runs user code itself (a Deno worker), in the sandbox: its own
+    namespaces where they exist, ``reads()`` (evaluated at each launch) bound read-only, and the rlimits
+    of ``Limits.for_process`` applied before it starts."""
 
     def launch(profile: Profile) -> SandboxSpec:
-        workspace = make_workspace(workspace_root)
-        return SandboxSpec(list(argv), sandbox_environment(str(workspace)) | dict(env or {}), workspace, workspace)
+        limits = sandbox.limits.for_process(memory_mb=memory_mb)
+        return sandbox.command_spec(argv, profile, reads=reads(), env=env, limits=limits)
 
     return launch
 
@@ -227,4 +232,4 @@ def python_launcher(kind: str, sandbox: Sandbox, preload: Sequence[str] = ()) ->
     return launch
 
 
-__all__ = ["Launcher", "ProcessRunner", "Worker", "WorkerPool", "plain_launcher", "python_launcher"]
+__all__ = ["Launcher", "ProcessRunner", "Worker", "WorkerPool", "command_launcher", "python_launcher"]

@@ -37,7 +37,7 @@ from ..sandbox import Profile, Sandbox
 from .base import ErrorInfo, RunOutcome, RunRequest
 from .deno import find_deno
 from .pool import WORKER_START_TIMEOUT
-from .process import ProcessRunner, plain_launcher
+from .process import ProcessRunner, command_launcher
 from .pyodide_packages import PyodidePackages
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,12 @@ class PyodideSetup:
             index,
         ]
 
+    def reads(self, snapshot: Path) -> list[str]:
+        """What a worker's sandbox shows it, read-only: Deno, Pyodide, the snapshot, the worker, the wheels."""
+        folder = self.index_folder()
+        paths = [self.deno or "deno", self.pyodide_dir, snapshot, WORKER_SCRIPT, self.wheels_dir, self.deno_dir]
+        return [str(p) for p in [*paths, *([folder] if folder else [])]]
+
     def v8_flags(self) -> list[str]:
         flags = [
             f"--wasm-max-mem-pages={self.max_memory_mb * 16}",  # 64 KiB pages
@@ -183,6 +189,7 @@ async def ensure_snapshot(setup: PyodideSetup, packages: PyodidePackages) -> Pat
     if path.exists():
         with contextlib.suppress(OSError):
             os.utime(path)  # last used: what `mcp-code-mode cache prune` goes by
+            os.chmod(path, 0o644)  # workers read it as their sandbox's own unprivileged uid
         return path
     setup.cache_dir.mkdir(parents=True, exist_ok=True)
     setup.wheels_dir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +222,7 @@ async def ensure_snapshot(setup: PyodideSetup, packages: PyodidePackages) -> Pat
         if result.returncode != 0 or tmp.stat().st_size == 0:
             detail = result.stderr.decode("utf-8", "replace").strip()[-1500:]
             raise RunnerError(f"could not make the Pyodide snapshot: {detail or f'exit code {result.returncode}'}")
+        os.chmod(tmp, 0o644)  # workers read it as their sandbox's own unprivileged uid
         os.replace(tmp, path)
     except TimeoutError:
         raise RunnerError(f"making the Pyodide snapshot took more than {SNAPSHOT_TIMEOUT:.0f} s") from None
@@ -247,10 +255,18 @@ class PyodideRunner(ProcessRunner):
         )
         self.problem: str | None = self.setup.problem()
         snapshot = self.setup.snapshot_path() if self.problem is None else Path("missing")
-        launcher = plain_launcher(self.setup.serve_argv(snapshot), settings.workspace_dir, env=self.setup.environment())
-        # One kind of worker: it starts with network and takes it back before a run that may not use it.
-        # The pool starts empty and grows once the snapshot exists (see ``_prepare``).
-        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=Profile())
+        launcher = command_launcher(
+            sandbox,
+            self.setup.serve_argv(snapshot),
+            reads=lambda: self.setup.reads(snapshot),
+            env=self.setup.environment(),
+            memory_mb=max(sandbox.limits.memory_mb, self.setup.max_memory_mb),
+        )
+        # A worker starts with network and takes it back before a run that may not use it; its sandbox has
+        # the network (a profile of its own) only for runs that may use it. The pool starts empty and grows
+        # once the snapshot exists (see ``_prepare``).
+        profile = Profile(network=settings.allow_network)
+        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=profile)
         self.pool.spawn_delay = 0.05  # the replacement of a used interpreter starts after its run's answer
         self._target_size = settings.pyodide_pool_size
         self._prepared = False
@@ -301,7 +317,7 @@ class PyodideRunner(ProcessRunner):
         return "wasm"
 
     def profile_for(self, request: RunRequest) -> Profile:
-        return Profile()
+        return Profile(network=request.allow_network)
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
         await self._prepare()

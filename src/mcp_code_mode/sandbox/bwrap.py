@@ -7,14 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from .core import SANDBOX_WORKSPACE, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
+from .core import SANDBOX_WORKSPACE, WORKER_DIR, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
 
-WORKER_DIR = Path(__file__).resolve().parent.parent / "runners" / "sandboxed"
-"""The worker program's folder on the host."""
 SANDBOX_LIB = "/sandbox/lib"
 """Where the runner's own packages (smolagents and what it imports) appear inside the sandbox."""
 SANDBOX_WORKER_DIR = "/sandbox/worker"
@@ -123,9 +122,41 @@ class BwrapSandbox(Sandbox):
         self.uids.give_back(spec.uid)
         super().release(spec)
 
-    def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
-        worker = worker or str(WORKER_DIR / "worker.py")
-        program = f"{SANDBOX_WORKER_DIR}/{Path(worker).name}"
+    def command_spec(
+        self,
+        argv: Sequence[str],
+        profile: Profile,
+        *,
+        reads: Sequence[str | Path],
+        env: Mapping[str, str],
+        limits: Mapping[str, int],
+    ) -> SandboxSpec:
+        """A sandbox for a program that runs user code itself (Deno): the same namespaces, tmpfs workspace
+        and system binds as a zygote's, read-only binds of ``reads`` (at their host paths), and
+        ``cm_launch.py`` in front, which drops to the worker's own uid, applies ``limits`` (rlimits),
+        dies with its parent and installs the seccomp filter before it becomes ``argv``."""
+        uid = self.uids.take()
+        binds = _Binds()
+        for path in dict.fromkeys(str(Path(p)) for p in reads):
+            if Path(path).exists():
+                binds.bind(path, path)
+        launch = [str(self.python), "-I", "-S", f"{SANDBOX_WORKER_DIR}/cm_launch.py"]
+        launch += [f"--limit={name}={value}" for name, value in limits.items()]
+        if self.as_root:
+            launch += ["--drop", f"{uid}:{uid}"]
+        full = self._namespaces(profile) + binds.argv + ["--ro-bind", str(WORKER_DIR), SANDBOX_WORKER_DIR]
+        full += ["--chdir", SANDBOX_WORKSPACE, "--", *launch, "--", *argv]
+        return SandboxSpec(
+            argv=full,
+            env=sandbox_environment(SANDBOX_WORKSPACE) | dict(env),
+            cwd=Path("/"),
+            workspace=None,
+            uid=uid,
+            host_pids=False,
+        )
+
+    def _namespaces(self, profile: Profile) -> list[str]:
+        """bwrap's namespaces, user, /proc, /dev, size-limited /tmp, /dev/shm and workspace, system and Python binds."""
         size = self.limits.workspace_mb * 1024 * 1024
         argv = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         argv += ["--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -138,9 +169,14 @@ class BwrapSandbox(Sandbox):
             argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns", "--cap-drop", "ALL"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", "/tmp"]
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", "/dev/shm"]
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", SANDBOX_WORKSPACE]
-        argv += self._system_binds(profile)
-        argv += self._python_binds()
+        return argv + self._system_binds(profile) + self._python_binds()
+
+    def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
+        worker = worker or str(WORKER_DIR / "worker.py")
+        program = f"{SANDBOX_WORKER_DIR}/{Path(worker).name}"
+        argv = self._namespaces(profile)
         argv += ["--ro-bind", str(Path(worker).parent), SANDBOX_WORKER_DIR]
         if profile.environment:
             argv += ["--ro-bind", profile.environment, SANDBOX_ENV]

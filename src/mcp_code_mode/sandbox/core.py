@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,11 @@ logger = logging.getLogger(__name__)
 Isolation = Literal["namespaces", "process"]
 SANDBOX_WORKSPACE = "/workspace"
 """Where a run's workspace appears inside a namespaced sandbox."""
+WORKER_DIR = Path(__file__).resolve().parent.parent / "runners" / "sandboxed"
+"""The sandbox-side programs' folder on the host (the zygote, ``cm_launch.py``)."""
+V8_RESERVE_MB = 640
+"""What a Deno process holds before any script (V8's code range and heap reservations count as data):
+added to the memory limit for the ``deno`` and ``pyodide`` runners' data rlimit."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,18 @@ class Limits:
         return {
             "as": self.memory_mb * 1024 * 1024,
             "cpu": max(1, min(self.cpu_seconds, int(timeout) + 1)),
+            "fsize": self.file_size_mb * 1024 * 1024,
+            "nofile": self.open_files,
+            "nproc": self.processes,
+        }
+
+    def for_process(self, *, memory_mb: int | None = None) -> dict[str, int]:
+        """The rlimits of a worker that runs user code itself (Deno): set once, before it starts. Memory is
+        RLIMIT_DATA (which covers ArrayBuffers and WebAssembly memory; V8 reserves more address space
+        than RLIMIT_AS could allow), CPU covers the worker's start and one run."""
+        return {
+            "data": ((memory_mb or self.memory_mb) + V8_RESERVE_MB) * 1024 * 1024,
+            "cpu": self.cpu_seconds + 30,
             "fsize": self.file_size_mb * 1024 * 1024,
             "nofile": self.open_files,
             "nproc": self.processes,
@@ -178,6 +196,27 @@ class Sandbox:
         extra = profile.worker_arguments(profile.environment)
         argv = [sys.executable, "-I", *worker_argv, "--workspace", str(workspace), *extra]
         return SandboxSpec(argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace)
+
+    def command_spec(
+        self,
+        argv: Sequence[str],
+        profile: Profile,
+        *,
+        reads: Sequence[str | Path],
+        env: Mapping[str, str],
+        limits: Mapping[str, int],
+    ) -> SandboxSpec:
+        """A program that runs user code itself (Deno), in a fresh host workspace, behind ``cm_launch.py``
+        (rlimits, death with its parent, the seccomp filter). ``reads`` matter only to a namespaced sandbox."""
+        workspace = make_workspace(self.settings.workspace_dir)
+        launch = [sys.executable, "-I", "-S", str(WORKER_DIR / "cm_launch.py")]
+        launch += [f"--limit={name}={value}" for name, value in limits.items()]
+        return SandboxSpec(
+            argv=[*launch, "--", *argv],
+            env=sandbox_environment(str(workspace)) | dict(env),
+            cwd=workspace,
+            workspace=workspace,
+        )
 
     def release(self, spec: SandboxSpec) -> None:
         spec.cleanup()
