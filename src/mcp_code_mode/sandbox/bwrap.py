@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..errors import RunnerError
 from .core import SANDBOX_WORKSPACE, WORKER_DIR, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
 
 SANDBOX_LIB = "/sandbox/lib"
@@ -70,18 +71,26 @@ class BwrapSandbox(Sandbox):
 
     def probe(self) -> str | None:
         """None when a namespaced worker can run here, else why not."""
-        argv = self._argv(uid=self.settings.sandbox_uid_base, profile=Profile(network=False), command=["--probe"])
+        try:
+            uid = self.uids.take()
+        except RunnerError as exc:
+            return str(exc)
+        argv = self._argv(uid=uid, profile=Profile(network=False), command=["--probe"])
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=sandbox_environment("/"))
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
+        finally:
+            self.uids.give_back(uid)
         if proc.returncode != 0 or "sandbox-ok" not in proc.stdout:
             return (proc.stderr or proc.stdout).strip()[-500:] or f"exit status {proc.returncode}"
         return None
 
     def describe(self) -> dict[str, Any]:
         user = (
-            f"a real unprivileged uid per worker ({self.settings.sandbox_uid_base}+), no capabilities, no_new_privs"
+            f"a real unprivileged uid per worker ({self.settings.sandbox_uid_base}+, unique on the host: "
+            f"slots locked in {self.uids.directory or 'a private lock directory'}), no capabilities, no_new_privs, "
+            "a seccomp filter"
             if self.as_root
             else "uid 65534 in a new user namespace, no capabilities"
         )

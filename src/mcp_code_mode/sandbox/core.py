@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -222,23 +224,61 @@ class Sandbox:
         spec.cleanup()
 
 
+UID_LOCK_DIRS = (Path("/run/mcp-code-mode/uids"), Path(tempfile.gettempdir()) / f"mcp-code-mode-uids-{os.geteuid()}")
+"""Where uid slots are locked, the first that can be made private to this user."""
+
+
 @dataclass
 class UidSlots:
-    """Hands out one uid per live worker, so that RLIMIT_NPROC and signals stay within one sandbox."""
+    """Hands out one uid per live worker, unique on this host, so that RLIMIT_NPROC and signals stay
+    within one sandbox even across server processes.
+
+    A slot is a lock file (``flock``) held for as long as its worker lives: two servers never hold the
+    same uid, and a server that dies, SIGKILL included, frees its slots with its file descriptors.
+    """
 
     base: int
-    size: int = 512
-    used: set[int] = field(default_factory=set)
+    size: int = 4096
+    directory: Path | None = None
+    held: dict[int, int] = field(default_factory=dict[int, int])
+    """uid → the descriptor of its lock file."""
+
+    def _directory(self) -> Path:
+        if self.directory is not None:
+            return self.directory
+        problems: list[str] = []
+        for candidate in UID_LOCK_DIRS:
+            try:
+                candidate.mkdir(mode=0o700, parents=True, exist_ok=True)
+                info = candidate.lstat()
+            except OSError as exc:
+                problems.append(f"{candidate}: {exc.strerror}")
+                continue
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+                self.directory = candidate
+                return candidate
+            problems.append(f"{candidate}: not a private directory of this user")
+        raise RunnerError(f"no place to lock sandbox uids: {'; '.join(problems)}")
 
     def take(self) -> int:
+        directory = self._directory()
         for uid in range(self.base, self.base + self.size):
-            if uid not in self.used:
-                self.used.add(uid)
-                return uid
-        raise RunnerError("no free sandbox uid: too many workers")
+            if uid in self.held:
+                continue
+            fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue  # another server process's worker has it
+            self.held[uid] = fd
+            return uid
+        raise RunnerError(f"no free sandbox uid: all {self.size} from {self.base} are in use on this host")
 
     def give_back(self, uid: int | None) -> None:
-        self.used.discard(uid) if uid is not None else None
+        fd = self.held.pop(uid, None) if uid is not None else None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
 
 
 def make_workspace(root: Path | None) -> Path:
