@@ -80,7 +80,7 @@ ABUSES = [
         "import os\nfor fd in range(3, 64):\n    try:\n"
         "        os.write(fd, b'not json\\n' * 1000)\n    except OSError:\n        pass",
         ("cpython",),
-        ("RunnerError",),
+        ("ProtocolError",),
         "malformed",
     ),
     Abuse(
@@ -89,7 +89,7 @@ ABUSES = [
         "chunk = b'x' * 1024**2\nwhile True:\n    for f in fd:\n        try:\n            os.write(f, chunk)\n"
         "        except OSError:\n            pass",
         ("cpython",),
-        ("RunnerError", "TimeoutError"),
+        ("ProtocolError", "TimeoutError"),
     ),
     Abuse(
         "kill_itself",

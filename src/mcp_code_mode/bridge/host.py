@@ -16,7 +16,6 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ..errors import ProtocolError
-from .dispatcher import ToolDispatcher
 from .messages import Call, Output, parse_run_message
 from .outcome import ErrorInfo, RunOutcome
 
@@ -29,6 +28,12 @@ class RunChannel(Protocol):
     async def receive(self) -> dict[str, Any] | None:
         """The next message (``ProtocolError`` when it is not one), or None once the run closed its end."""
         ...
+
+
+class CallHandler(Protocol):
+    """What answers a run's tool calls (``ToolDispatcher``, or a test's fake)."""
+
+    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]: ...
 
 
 Ended = Literal["done", "closed", "timeout", "refused"]
@@ -44,7 +49,7 @@ class HostRun:
 
 async def serve_run(
     channel: RunChannel,
-    dispatcher: ToolDispatcher,
+    dispatcher: CallHandler,
     *,
     timeout: float,
     max_output: int,

@@ -1,0 +1,148 @@
+"""The host loop (``bridge.host.serve_run``) against an in-memory worker: whatever a run sends, the
+loop ends that run with an outcome and never raises; only call, output and one done are believed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcp_code_mode.bridge import serve_run
+from mcp_code_mode.bridge.fake import FakeWorker
+from mcp_code_mode.bridge.host import HostRun
+
+pytestmark = pytest.mark.anyio
+
+
+class Answers:
+    """A dispatcher that answers every call with the sum of its arguments' values (when numbers)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+
+    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+        self.calls.append((server, tool, arguments))
+        if not isinstance(arguments, dict):
+            return {"error": {"message": "arguments must be an object (a dict)"}}
+        return {"value": sum(v for v in arguments.values() if isinstance(v, int))}
+
+
+async def serve(lines: list[bytes | dict[str, Any]], *, limit: int = 1 << 20, timeout: float = 5) -> HostRun:
+    worker = FakeWorker(lines, limit=limit)
+    return await serve_run(worker, Answers(), timeout=timeout, max_output=1000)
+
+
+DONE = {"op": "done", "success": True, "returnValue": 42, "error": None, "files": [], "dropped": 0}
+
+
+async def test_a_call_is_answered_with_its_id_and_the_done_ends_the_run() -> None:
+    worker = FakeWorker(
+        [
+            {"op": "output", "data": "hello\n"},
+            {"op": "call", "id": 7, "server": "fx", "tool": "add", "arguments": {"a": 2, "b": 3}},
+            DONE,
+        ]
+    )
+    answers = Answers()
+    hosted = await serve_run(worker, answers, timeout=5, max_output=1000)
+    assert hosted.ended == "done"
+    assert hosted.outcome.success and hosted.outcome.return_value == 42
+    assert hosted.outcome.output == "hello\n"
+    assert answers.calls == [("fx", "add", {"a": 2, "b": 3})]
+    assert worker.sent == [{"op": "result", "id": 7, "value": 5}]
+
+
+async def test_nothing_after_done_is_read_or_believed() -> None:
+    hosted = await serve([DONE, {"op": "ready"}, {"op": "done", "success": False}, b"[[[[[[\n"])
+    assert hosted.ended == "done" and hosted.outcome.success
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (b"not json\n", "malformed"),
+        (b"[" * 3000 + b"\n", "nested too deeply"),
+        (b"\xff\xfe\n", "malformed"),
+        (b"[1, 2]\n", "not a JSON object"),
+        (b'{"op": "ready"}\n', "does not know (op 'ready')"),
+        (b'{"op": "started", "pid": 1}\n', "does not know (op 'started')"),
+        (b'{"op": "exit", "status": "exit code 0"}\n', "does not know"),
+        (b'{"no": "op"}\n', "does not know"),
+        (b'{"op": "call", "id": "7", "server": "fx", "tool": "add", "arguments": {}}\n', "'id' is not an integer"),
+        (b'{"op": "call", "id": true, "server": "fx", "tool": "add", "arguments": {}}\n', "'id' is not an integer"),
+        (b'{"op": "call", "id": 1, "server": 5, "tool": "add", "arguments": {}}\n', "'server' is not a string"),
+        (b'{"op": "output", "data": {"x": 1}}\n', "'data' is not a string"),
+        (b'{"op": "done", "success": "yes"}\n', "'success' is not true or false"),
+        (b'{"op": "done", "success": true, "files": [{"path": "../../etc/passwd", "size": 1}]}\n', "invalid file"),
+        (b'{"op": "done", "success": true, "files": [{"path": "/etc/passwd", "size": 1}]}\n', "invalid file"),
+        (b'{"op": "done", "success": true, "files": [{"path": "a", "size": -1}]}\n', "invalid file"),
+        (b'{"op": "done", "success": true, "error": "boom"}\n', "'error' is not an object"),
+        (b'{"op": "done", "success": true, "returnValue": ' + b"[" * 200 + b"]" * 200 + b"}\n", "nested deeper"),
+        (b"x" * 5000, "over 4096 bytes"),
+    ],
+    ids=lambda value: value[:24].decode("utf-8", "replace") if isinstance(value, bytes) else None,
+)
+async def test_each_kind_of_malformed_message_ends_the_run_with_a_protocol_error(line: bytes, fragment: str) -> None:
+    hosted = await serve([line], limit=4096)
+    assert hosted.ended == "refused"
+    assert hosted.outcome.error is not None and hosted.outcome.error.type == "ProtocolError"
+    assert fragment in hosted.outcome.error.message
+
+
+async def test_a_closed_channel_before_done_is_reported_as_closed() -> None:
+    hosted = await serve([{"op": "output", "data": "partial"}])
+    assert hosted.ended == "closed" and hosted.outcome.output == "partial"
+
+
+async def test_output_is_capped_and_the_cap_is_marked() -> None:
+    hosted = await serve([{"op": "output", "data": "x" * 800}, {"op": "output", "data": "y" * 800}, DONE])
+    assert len(hosted.outcome.output) == 1000 and hosted.outcome.truncated
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+MESSAGE = st.fixed_dictionaries(
+    {"op": st.sampled_from(["call", "output", "done", "ready", "started", "result", "exit", ""])},
+    optional={
+        "id": JSON,
+        "server": JSON,
+        "tool": JSON,
+        "arguments": JSON,
+        "data": JSON,
+        "success": JSON,
+        "returnValue": JSON,
+        "error": JSON,
+        "files": JSON,
+        "pid": JSON,
+    },
+).map(lambda message: json.dumps(message).encode() + b"\n")
+LINE = st.one_of(
+    MESSAGE,
+    st.binary(max_size=200),
+    st.binary(max_size=50).map(lambda b: b + b"\n"),
+    st.integers(1, 3000).map(lambda n: b"[" * n + b"\n"),
+    st.integers(1, 3000).map(lambda n: b'{"op":"done","success":true,"returnValue":' + b"[" * n + b"\n"),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(LINE, max_size=12))
+def test_any_bytes_from_a_run_end_it_with_an_outcome_and_never_raise(lines: list[bytes]) -> None:
+    async def main() -> HostRun:
+        with anyio.fail_after(10):
+            return await serve(list(lines), limit=2048, timeout=5)
+
+    hosted = anyio.run(main)
+    assert hosted.ended in ("done", "closed", "refused")
+    if hosted.ended == "refused":
+        assert hosted.outcome.error is not None and hosted.outcome.error.type == "ProtocolError"
+    if hosted.ended != "done":
+        assert not hosted.outcome.success
+    assert len(hosted.outcome.output) <= 1000
