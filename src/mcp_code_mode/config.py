@@ -93,9 +93,9 @@ class Settings(BaseModel):
     max_output_chars: int = Field(default=100_000, gt=0)
     """Characters of printed output kept per run; the rest is dropped and ``truncated`` is set."""
     max_code_bytes: int = Field(default=131_072, ge=1024)
-    """Largest script ``validate_code`` checks, in UTF-8 bytes; a larger one gets a ``size`` finding at once.
-    Parsing holds the interpreter lock (every session waits), so this bounds how long one check can stall
-    the others."""
+    """Largest script ``execute_code`` runs and ``validate_code`` checks, in UTF-8 bytes: a larger one is
+    refused at once (``validate_code``: a ``size`` finding). Parsing holds the interpreter lock (every
+    session waits), so this bounds how long one check can stall the others."""
     max_tool_calls: int = Field(default=10_000, gt=0)
     """Tool calls allowed in one run; the next one raises ``ToolError``."""
     pool_size: int = Field(default=2, ge=0)

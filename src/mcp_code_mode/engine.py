@@ -42,7 +42,7 @@ from .runners.base import OutputCallback, Runner, RunOutcome, RunRequest, StubBu
 from .runners.local import SAFE_IMPORTS
 from .sandbox import Sandbox
 from .stubs import RENDERERS, StubIndex, ToolSpec
-from .validate import validate_code
+from .validate import check_python, code_size, oversize, validate_code
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +283,11 @@ class CodeMode:
         settings = self.config.settings
         mode = check_mode(cache)
         lang, chosen = self.resolve_runner(language, runner)
+        if (size := code_size(code)) > settings.max_code_bytes:
+            raise UnsupportedError(
+                f"the script is {size} bytes; this server takes scripts of at most {settings.max_code_bytes} bytes "
+                "(CODE_MODE_MAX_CODE_BYTES)"
+            )
         network = allow_networking and settings.allow_network
         self._check_isolation(chosen, network)
         timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
@@ -397,10 +402,14 @@ class CodeMode:
         generated declarations (type errors, unknown tools, wrong argument objects).
         """
         lang, chosen = self.resolve_runner(language, runner)
+        max_bytes = self.config.settings.max_code_bytes
+        refused = oversize(lang, code, max_bytes)
+        if refused is not None:
+            return refused
         requirements = self._validate_packages(lang, packages or [])
         if lang == "python":
             allowed = SAFE_IMPORTS + self.whitelist.imports_for(requirements) if chosen.name == "local" else None
-            return validate_code(lang, code, self.index, allowed)
+            return await check_python(code, self.index, allowed, max_bytes=max_bytes)  # off the event loop
         check = getattr(chosen, "check", None)
         if check is None:
             return validate_code(lang, code, self.index, None)  # answers "not supported"

@@ -27,9 +27,6 @@ from .cache import CACHE_MODES
 from .discovery import first_sentence
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
-from .packages import validate_python as python_requirements
-from .runners.local import SAFE_IMPORTS
-from .validate import check_python, oversize
 
 logger = logging.getLogger(__name__)
 
@@ -450,17 +447,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         tool names, literal arguments vs the tools' schemas. JavaScript/TypeScript: type errors against the
         tool declarations. Every finding at once, each with its line."""
         with tool_errors():
-            max_bytes = engine.config.settings.max_code_bytes
-            lang, chosen = engine.resolve_runner(language, runner)
-            refused = oversize(lang, code, max_bytes)
-            if refused is not None:
-                return refused
-            if lang != "python":
-                return await engine.validate(language, code, runner=runner, packages=packages)
-            # engine.validate's Python branch, with the analysis in a worker thread instead of on the loop.
-            requirements = python_requirements(packages or [], engine.whitelist)
-            allowed = SAFE_IMPORTS + engine.whitelist.imports_for(requirements) if chosen.name == "local" else None
-            return await check_python(code, engine.index, allowed, max_bytes=max_bytes)
+            return await engine.validate(language, code, runner=runner, packages=packages)
 
     @server.tool(name="search_cached_scripts")
     async def search_cached_scripts(

@@ -7,12 +7,15 @@ sandbox runs it: the declarations (``stubs.typescript``)
 are global, bare names of allowed npm packages and Node.js built-ins resolve as in the runner, and
 Node.js globals (``require``, ``process``, ``Buffer``) are typed by Deno. Packages must already be in
 Deno's cache (``DenoRunner.check`` puts them there first).
+
+``deno check`` runs in the sandbox like a run (``Sandbox.command_spec``): it sees the script, the
+declarations, Deno and its cache, and nothing else of the host; memory, processes and file sizes are
+limited as for a Deno worker, and it is killed after ``CHECK_TIMEOUT`` seconds.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -23,8 +26,9 @@ import anyio
 
 from .packages import Whitelist
 from .runners.npm import import_map
+from .sandbox import Profile, Sandbox
 
-CHECK_TIMEOUT = 120.0
+CHECK_TIMEOUT = 60.0
 """Seconds allowed for one ``deno check``."""
 COMPILER_OPTIONS = {
     "strict": True,
@@ -65,7 +69,14 @@ def parse_findings(text: str, script: Path) -> list[Finding]:
 
 
 async def check_typescript(
-    code: str, declarations: str, *, deno: str, deno_dir: Path, whitelist: Whitelist, javascript: bool = False
+    code: str,
+    declarations: str,
+    *,
+    deno: str,
+    deno_dir: Path,
+    whitelist: Whitelist,
+    sandbox: Sandbox,
+    javascript: bool = False,
 ) -> list[Finding]:
     """Type errors of ``code`` against ``declarations``; [] when it checks. Lines point into ``code``.
 
@@ -74,6 +85,7 @@ async def check_typescript(
     """
     with tempfile.TemporaryDirectory(prefix="mcp-code-mode-check-") as tmp:
         folder = Path(tmp)
+        folder.chmod(0o755)  # the check runs as the sandbox's own unprivileged uid
         script = folder / ("script.js" if javascript else "script.ts")
         script.write_text(code, encoding="utf-8")
         (folder / "tools.d.ts").write_text(declarations, encoding="utf-8")
@@ -90,9 +102,19 @@ async def check_typescript(
             str(folder / "deno.json"),
             str(script),
         ]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DENO_DIR": str(deno_dir), "NO_COLOR": "1"}
-        with anyio.fail_after(CHECK_TIMEOUT):
-            done = await anyio.run_process(argv, env=env, cwd=folder, check=False, stdin=subprocess.DEVNULL)
+        env = {"DENO_DIR": str(deno_dir), "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
+        spec = sandbox.command_spec(
+            argv, Profile(network=False), reads=[deno, deno_dir, folder], env=env, limits=sandbox.limits.for_process()
+        )
+        try:
+            with anyio.fail_after(CHECK_TIMEOUT):
+                done = await anyio.run_process(
+                    spec.argv, env=spec.env, cwd=spec.cwd, check=False, stdin=subprocess.DEVNULL
+                )
+        except TimeoutError:
+            return [Finding(None, None, f"the type check took longer than {CHECK_TIMEOUT:.0f} s")]
+        finally:
+            sandbox.release(spec)
         if done.returncode == 0:
             return []
         text = (done.stdout + done.stderr).decode("utf-8", "replace")

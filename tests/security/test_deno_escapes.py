@@ -13,9 +13,11 @@ import subprocess
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_code_mode.engine import CodeMode, RunResult
+from mcp_code_mode.errors import UnsupportedError
 from mcp_code_mode.runners.deno import DenoRunner
 
 from ..fixtures.loopback import Loopback, loopback_server
@@ -210,3 +212,31 @@ async def test_system_information_is_refused(engine: CodeMode) -> None:
     result = await attempt(engine, "console.log(Deno.hostname(), Deno.osRelease());")
     assert "refused: NotCapable: Requires sys access" in result.output
     assert os.uname().nodename not in result.output.split("refused")[0]
+
+
+# ----- validate_code runs `deno check` in the sandbox -------------------------------------------
+
+
+async def test_type_checking_cannot_read_a_host_typescript_file(engine: CodeMode, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.ts"
+    secret.write_text(
+        'export const token: "host-secret-literal-1f3a" = "host-secret-literal-1f3a";\n', encoding="utf-8"
+    )
+    code = f"import {{ token }} from {json.dumps(secret.as_uri())};\nconst n: number = token;\n"
+    answer = await engine.validate("typescript", code)
+    assert not answer["valid"]
+    text = json.dumps(answer)
+    assert "host-secret-literal-1f3a" not in text  # a type error would have quoted the literal type
+    assert "TS2307: Cannot find module" in text and "secret.ts" in text, text  # the host file is not there
+
+
+async def test_type_checking_an_import_of_dev_zero_ends_bounded(engine: CodeMode) -> None:
+    with anyio.fail_after(60):
+        answer = await engine.validate("typescript", 'import "/dev/zero";\nconst x: number = 1;\n')
+    assert not answer["valid"] and answer["findings"], answer
+
+
+async def test_an_oversized_script_is_refused_by_execute_code_too(engine: CodeMode) -> None:
+    limit = engine.config.settings.max_code_bytes
+    with pytest.raises(UnsupportedError, match="CODE_MODE_MAX_CODE_BYTES"):
+        await engine.execute("// x\n" * (limit // 5 + 1), "js")

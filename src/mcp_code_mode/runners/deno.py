@@ -194,6 +194,7 @@ class DenoRunner(ProcessRunner):
             deno=self.deno,
             deno_dir=self.deno_dir,
             whitelist=self.whitelist,
+            sandbox=self.sandbox,
             javascript=javascript,
         )
 
