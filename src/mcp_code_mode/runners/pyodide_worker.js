@@ -180,7 +180,7 @@ function requestSync(server, tool, argumentsJson) {
 // string, `undefined`, or, before the run only, a Promise of the next host message. It has no prototype,
 // so its JsProxy leads nowhere.
 
-const bridgeState = { running: false, nextMessage: null, echo: (text) => Promise.resolve(text) };
+const bridgeState = { running: false, runLine: null, nextMessage: null, echo: (text) => Promise.resolve(text) };
 
 function refusal(message) {
   return jsonStringify({ op: "result", error: { type: "NotCapable", message } });
@@ -237,6 +237,9 @@ const fdGuarded = [
   "futimesSync", "fstatSync",
 ];
 
+const DENO_FILE_SYSTEM =
+  /^(errors|build|version|cwd|umask|FsFile|SeekMode|(open|create|read|stat|lstat|realPath|mkdir|makeTemp|remove|rename|copyFile|link|symlink|truncate|chmod|chown|utime)[A-Za-z]*|writeFile(Sync)?|writeTextFile(Sync)?)$/;
+
 function seal() {
   // No code from strings: eval, and the four Function constructors wherever a function leads to them.
   const constructors = [
@@ -256,8 +259,17 @@ function seal() {
   Object.defineProperty(standIn, "prototype", { value: Function.prototype, writable: false });
   globalThis.Function = standIn;
   globalThis.eval = notCapable;
+  // `Deno` is replaced by its file-system part: Deno's `node:fs`, which Pyodide's NODEFS uses, calls
+  // `Deno.lstatSync` and friends through the global. Those stay bound by the permissions; stdin,
+  // stdout, stderr, exit, permissions, env, subprocesses and sockets are not there.
+  const realDeno = globalThis.Deno;
+  const files = Object.create(null);
+  for (const name of Object.keys(realDeno)) {
+    if (DENO_FILE_SYSTEM.test(name)) files[name] = realDeno[name];
+  }
+  Object.defineProperty(globalThis, "Deno", { value: Object.freeze(files), writable: false, configurable: false });
   for (const name of [
-    "Deno", "process", "Worker", "require", "global", "localStorage", "sessionStorage",
+    "process", "Worker", "require", "global", "localStorage", "sessionStorage",
     "caches", "BroadcastChannel", "SharedWorker", "Bun",
   ]) {
     try {
@@ -356,7 +368,9 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   bridgeState.nextMessage = () =>
     new Promise((resolve) => {
       if (inbox.length > 0) {
-        resolve(inbox.shift());
+        const line = inbox.shift();
+        if (line === bridgeState.runLine) bridgeState.running = true; // Python has its run: no more waits
+        resolve(line);
       } else {
         handOver = resolve;
         waiting();
@@ -366,6 +380,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     if (handOver) {
       const resolve = handOver;
       handOver = null;
+      if (line === bridgeState.runLine) bridgeState.running = true;
       resolve(line);
     } else {
       inbox.push(line);
@@ -412,7 +427,7 @@ async function runOnce(pyodide, message, line, deliver, serving, paths) {
     }
     lockDown(message.allow_network === true, [paths.dir, paths.snapshotPath, new URL(import.meta.url).pathname]);
     seal();
-    bridgeState.running = true;
+    bridgeState.runLine = line;
     deliver(line);
     done = doneFields(await serving);
   } catch (error) {
