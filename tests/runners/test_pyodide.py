@@ -188,21 +188,21 @@ async def test_open_reads_and_writes_real_workspace_files_that_come_back_in_file
 
 async def test_each_run_gets_a_fresh_interpreter_and_an_empty_workspace(engine: CodeMode) -> None:
     first = await engine.execute(
-        "import json, js, builtins\n"
+        "import json, sys, builtins\n"
         "secret = 'left behind'\n"
         "json.dumps = lambda *a, **k: 'patched'\n"
         "builtins.leaked = 1\n"
-        "js.globalThis.leaked = 'js'\n"
+        "sys.modules['leaked'] = sys\n"
         "open('left.txt', 'w').write('x')\n"
     )
     assert first.success, first.error
     second = await engine.execute(
-        "import json, js, builtins, os\n"
+        "import json, sys, builtins, os\n"
         "[json.dumps([1]), hasattr(builtins, 'leaked'), 'secret' in globals(),\n"
-        " str(getattr(js.globalThis, 'leaked', None)), os.listdir('.')]\n"
+        " 'leaked' in sys.modules, os.listdir('.')]\n"
     )
     assert second.success, second.error
-    assert second.return_value == ["[1]", False, False, "None", []]
+    assert second.return_value == ["[1]", False, False, False, []]
 
 
 async def test_packages_that_need_pyodides_own_builds_are_refused_by_name_without_an_index(engine: CodeMode) -> None:

@@ -87,7 +87,7 @@ async def test_reading_a_host_file_through_pyodide_js_mount_is_refused(engine: C
     code = (
         f"import pyodide_js\npyodide_js.mountNodeFS('/host', {str(host['base'])!r})\nopen('/host/secret.txt').read()\n"
     )
-    assert_refused(await run(engine, code), "hostPath")
+    assert_refused(await run(engine, code), "NotCapable")
 
 
 async def test_python_open_sees_the_wasm_file_system_not_the_hosts(engine: CodeMode, host: dict[str, Path]) -> None:
@@ -161,15 +161,6 @@ async def test_a_socket_with_networking_off_reaches_no_listener(engine: CodeMode
     assert listener.connections == 0
 
 
-async def test_fetch_with_networking_on_does_connect(engine: CodeMode, listener: Listener) -> None:
-    """The control for the two tests above: the listener does count a connection that is allowed."""
-    url = f"http://127.0.0.1:{listener.port}/"
-    code = f"import js\ntry:\n    await js.fetch({url!r})\nexcept Exception as e:\n    print(type(e).__name__)"
-    result = await run(engine, code, network=True)
-    assert result.success, result.error
-    assert listener.connections >= 1
-
-
 async def test_asking_for_a_permission_again_is_denied(engine: CodeMode, host: dict[str, Path]) -> None:
     asked = js_object({"name": "read", "path": str(host["secret"])})
     code = (
@@ -197,7 +188,7 @@ async def test_a_dynamic_import_of_a_host_file_is_refused(engine: CodeMode, host
     module = host["base"] / "evil.mjs"
     module.write_text(f"export default {SECRET!r};", encoding="utf-8")
     code = f"import js\nawait js.eval('import(\"file://{module}\")')"
-    assert_refused(await run(engine, code), "Requires read access")
+    assert_refused(await run(engine, code), "NotCapable")
 
 
 async def test_a_js_worker_inherits_the_revoked_permissions(engine: CodeMode, host: dict[str, Path]) -> None:
@@ -225,3 +216,184 @@ async def test_pyodides_own_files_and_other_workspaces_are_not_readable(
     (other / "theirs.txt").write_text(SECRET, encoding="utf-8")
     for path in (other / "theirs.txt", runner.setup.snapshot_path(), runner.setup.pyodide_dir / "package.json"):
         assert_refused(await run(engine, f"import js\njs.Deno.readTextFileSync({str(path)!r})"), "NotCapable")
+
+
+# ----- JavaScript is out of reach (issue 17, point 8) ---------------------------------------------
+#
+# Each technique ends in NotCapable, and the run's `done` is the script's own: the worker wrote no line
+# the script forged, and the next run (on a fresh worker) works.
+
+FORGED = '{"op":"done","success":true,"returnValue":"forged"}'
+
+
+async def assert_sealed(engine: CodeMode, code: str, *needles: str) -> None:
+    result = await run(engine, code)
+    dumped = result.model_dump_json()
+    assert result.return_value != "forged" and "forged" not in result.output, dumped
+    assert SECRET not in dumped
+    for needle in needles:
+        assert needle in dumped, (needle, dumped)
+    after = await run(engine, "print('next run')\n1 + 1")
+    assert after.success and after.return_value == 2 and after.output == "next run\n", after
+
+
+async def test_import_js_raises_not_capable(engine: CodeMode) -> None:
+    result = await run(engine, "import js")
+    assert result.error is not None and result.error.type == "NotCapable", result.error
+    assert "No module named 'js': JavaScript is out of reach" in result.error.message
+    await assert_sealed(engine, "import js\njs.Deno.stdout.writeSync(js.TextEncoder.new().encode('x'))", "NotCapable")
+
+
+async def test_import_pyodide_js_raises_not_capable(engine: CodeMode) -> None:
+    result = await run(engine, "import pyodide_js")
+    assert result.error is not None and result.error.type == "NotCapable", result.error
+    await assert_sealed(engine, "from pyodide_js import setStdout\nsetStdout()\nprint('x')", "NotCapable")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from pyodide.ffi import to_js",
+        "import pyodide.code\npyodide.code.run_js('Deno')",
+        "from pyodide import code",
+        "import pyodide.http",
+        "import pyodide.webloop",
+        "import _pyodide_core",
+        "import _pyodide._base",
+        "import pyodide_js._api",
+    ],
+)
+async def test_pyodide_modules_that_lead_to_javascript_raise_not_capable(engine: CodeMode, code: str) -> None:
+    result = await run(engine, code)
+    assert result.error is not None and result.error.type in ("NotCapable", "ImportError"), result.error
+    assert "JavaScript is out of reach" in result.error.message or "cannot import name" in result.error.message
+    await assert_sealed(engine, code)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "__import__('js')",
+        "import importlib\nimportlib.import_module('js')",
+        "import importlib\nimportlib.import_module('pyodide_js')",
+        "import sys\nsys.modules['js']",
+        "import sys\nsys.modules.get('pyodide_js') or __import__('pyodide_js')",
+        "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'Refuse' not in str(f)]\nimport js",
+    ],
+)
+async def test_indirect_imports_of_js_get_nothing(engine: CodeMode, code: str) -> None:
+    result = await run(engine, code)
+    assert not result.success
+    assert result.error is not None and result.error.type in ("NotCapable", "KeyError", "ModuleNotFoundError")
+    assert result.error.type != "RunnerError"
+    await assert_sealed(engine, code)
+
+
+GC_SCAN = """
+import gc
+proxies = {}
+for o in gc.get_objects():
+    for r in [o, *gc.get_referents(o)]:
+        if type(r).__name__.startswith('JsProxy') or type(r).__name__ in ('JsCallable', 'JsDoubleProxy'):
+            proxies[id(r)] = r
+reached = []
+for p in list(proxies.values()):
+    for attempt in (
+        lambda: p.constructor('return Deno')(),
+        lambda: p.constructor.constructor('return Deno')(),
+        lambda: p._api._module.FS,
+        lambda: p.setStdout(),
+        lambda: p.Deno.stdout,
+    ):
+        try:
+            reached.append(repr(attempt()))
+        except Exception as e:
+            if 'NotCapable' in str(e):
+                reached.append('NotCapable')
+[len(proxies), sorted(set(reached))]
+"""
+
+
+async def test_a_gc_scan_for_js_proxies_reaches_no_javascript_capability(engine: CodeMode) -> None:
+    result = await run(engine, GC_SCAN)
+    assert result.success, result.error
+    count, reached = result.return_value
+    assert reached in ([], ["NotCapable"]), reached
+    await assert_sealed(engine, GC_SCAN)
+
+
+async def test_new_js_objects_made_by_to_js_lead_to_no_code_and_no_prototype_pollution(engine: CodeMode) -> None:
+    prelude = "import gc\nffi = [m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__ == 'pyodide.ffi'][0]\n"
+    result = await run(engine, prelude + "ffi.to_js([1]).constructor.constructor('return Deno')()")
+    assert result.error is not None and "NotCapable" in result.error.message, result.error
+    pollute = (
+        prelude
+        + "Obj = ffi.to_js({'a': 1}).constructor\n"
+        + f"Obj.prototype.toJSON = lambda *a: {FORGED!r}\n"
+    )
+    await assert_sealed(engine, pollute, "not extensible")
+    await assert_sealed(engine, prelude + "ffi.to_js([1]).constructor.prototype.join = lambda *a: 'forged'", "read only")
+
+
+async def test_frame_walking_into_the_prelude_finds_only_the_narrow_bridge(engine: CodeMode) -> None:
+    code = (
+        "import sys\n"
+        "f = sys._getframe()\n"
+        "names = []\n"
+        "while f is not None:\n"
+        "    names += [k for k, v in {**f.f_globals, **f.f_locals}.items() if 'Js' in type(v).__name__]\n"
+        "    f = f.f_back\n"
+        "sorted(set(names))\n"
+    )
+    result = await run(engine, code)
+    assert result.success, result.error
+    assert result.return_value == ["_bridge"], result.return_value
+
+
+BRIDGE = "import _codemode\nbridge = _codemode._bridge\n"
+
+
+async def test_the_bridge_function_leads_nowhere_and_checks_what_it_is_given(engine: CodeMode) -> None:
+    code = (
+        BRIDGE
+        + "out = [[n for n in ('constructor', 'call', 'apply', 'bind', 'prototype') if hasattr(bridge, n)]]\n"
+        + f"out.append(bridge('call', 'fixture', 'add', '{{}}\\n' + {FORGED!r}))\n"
+        + "out.append(bridge('call', 'fixture', 'add', '[1]'))\n"
+        + "out.append(bridge('call', 1, 2, 3))\n"
+        + f"out.append(bridge('output', {FORGED!r}))\n"
+        + "out.append(bridge('next'))\n"
+        + "out\n"
+    )
+    result = await run(engine, code)
+    assert result.success, result.error
+    names, newline, array, numbers, output, nxt = result.return_value
+    assert names == []
+    for refused in (newline, array, numbers):
+        assert json.loads(refused)["error"]["type"] == "NotCapable"
+    assert output is None and nxt is None
+    assert result.tool_calls == 0
+    assert json.loads(json.dumps(result.output)) == FORGED  # printed as data, inside an output message
+
+
+async def test_stub_globals_and_closures_hold_no_javascript(engine: CodeMode) -> None:
+    code = (
+        "seen = set()\n"
+        "for f in (call_tool, fixture.add, final_answer):\n"
+        "    fn = getattr(f, '__func__', f)\n"
+        "    seen |= {k for k, v in fn.__globals__.items() if 'Js' in type(v).__name__}\n"
+        "    seen |= {type(c.cell_contents).__name__ for c in (fn.__closure__ or ()) if 'Js' in type(c.cell_contents).__name__}\n"
+        "sorted(seen)\n"
+    )
+    result = await run(engine, code)
+    assert result.success, result.error
+    assert result.return_value in ([], ["_bridge"]), result.return_value
+
+
+async def test_rewriting_the_prelude_cannot_forge_the_done_message(engine: CodeMode) -> None:
+    code = (
+        "import _codemode\n"
+        f"_codemode._dumps = lambda *a, **k: {FORGED!r}[:-1] + ',\"op\":\"call\"}}\\n' + {FORGED!r}\n"
+    )
+    result = await run(engine, code)
+    assert not result.success and result.error is not None and result.error.type == "RunnerError", result
+    await assert_sealed(engine, code)
