@@ -6,12 +6,13 @@ Built once per tool-index version and shared by the Python and TypeScript render
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..downstream.pool import ToolInfo
-from .names import MEMBER_RESERVED, SERVER_RESERVED, assign_identifiers
+from .names import MEMBER_RESERVED, PARAM_RESERVED, SERVER_RESERVED, assign_identifiers
 
 NO_DEFAULT: Any = object()
 _SCALARS = (str, int, float, bool, type(None))
@@ -32,6 +33,9 @@ class Param:
 
     @property
     def has_scalar_default(self) -> bool:
+        """Whether the default can be the stub's default value (``repr`` writes it as a literal)."""
+        if isinstance(self.default, float):
+            return math.isfinite(self.default)
         return self.default is not NO_DEFAULT and isinstance(self.default, _SCALARS)
 
 
@@ -125,8 +129,9 @@ def params_of(tool: ToolInfo) -> list[Param]:
     props = schema.get("properties")
     if not isinstance(props, dict):
         return []
-    required = {r for r in schema.get("required", []) if isinstance(r, str)}
-    idents = assign_identifiers(props, MEMBER_RESERVED)
+    names = schema.get("required")
+    required = {r for r in names if isinstance(r, str)} if isinstance(names, list) else set()
+    idents = assign_identifiers(props, PARAM_RESERVED)
     params: list[Param] = []
     for name, sub in props.items():
         sub_schema: Mapping[str, Any] = sub if isinstance(sub, dict) else {}

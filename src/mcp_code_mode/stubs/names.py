@@ -21,6 +21,8 @@ JS_RESERVED = frozenset(
     Headers Blob FormData WebSocket AbortController Event EventTarget atob btoa structuredClone queueMicrotask
     setTimeout setInterval clearTimeout clearInterval setImmediate addEventListener postMessage""".split()
 )
+# Names the Python stub module uses itself (its imports and the ``_call`` its functions call).
+STUB_MODULE_NAMES = frozenset({"Any", "Literal", "NotRequired", "TypedDict", "annotations", "_call"})
 # A server's namespace is a top-level name in Python and JavaScript alike.
 SERVER_RESERVED = (
     frozenset(keyword.kwlist)
@@ -28,9 +30,30 @@ SERVER_RESERVED = (
     | frozenset(dir(builtins))
     | SANDBOX_RESERVED
     | JS_RESERVED
+    | STUB_MODULE_NAMES
 )
 # Tools and parameters are attributes and keyword arguments: only hard keywords are off limits.
 MEMBER_RESERVED = frozenset(keyword.kwlist)
+# A parameter is also a local of its stub, whose body calls ``_call``.
+PARAM_RESERVED = MEMBER_RESERVED | {"_call"}
+# A generated TypedDict is a top-level name of the stub module; the keywords among ``pascal``'s results.
+PY_TYPE_RESERVED = frozenset({"None", "True", "False"}) | STUB_MODULE_NAMES
+# A generated interface is a global type: it must not merge with (or shadow) one of the language or the runtime.
+TS_TYPE_RESERVED = JS_RESERVED | frozenset(
+    """Record Partial Required Readonly Pick Omit Exclude Extract NonNullable Parameters ConstructorParameters
+    ReturnType InstanceType ThisParameterType OmitThisParameter ThisType Awaited Uppercase Lowercase Capitalize
+    Uncapitalize NoInfer PromiseLike ArrayLike ReadonlyArray ReadonlyMap ReadonlySet Iterable Iterator
+    IterableIterator IteratorResult AsyncIterable AsyncIterator AsyncIterableIterator Generator AsyncGenerator
+    PropertyKey PropertyDescriptor TemplateStringsArray TypedPropertyDescriptor WeakRef
+    FinalizationRegistry Atomics SharedArrayBuffer DataView Int8Array Uint8ClampedArray Int16Array Uint16Array
+    Int32Array Uint32Array Float32Array Float64Array BigInt64Array BigUint64Array EvalError RangeError
+    ReferenceError SyntaxError TypeError URIError AggregateError ErrorOptions ArrayBufferLike
+    Event CustomEvent ErrorEvent MessageEvent ProgressEvent CloseEvent EventListener EventInit File FileReader
+    ReadableStream WritableStream TransformStream RequestInit ResponseInit HeadersInit BodyInit Body Cache
+    CacheStorage Crypto CryptoKey SubtleCrypto Performance Navigator Location Storage Window Worker
+    MessageChannel MessagePort BroadcastChannel DOMException Lock Notification Permissions Image Node
+    Element Document Text Comment Range Selection Screen Timer Temporal WebAssembly""".split()
+)
 
 
 def identifier(name: str) -> str:
@@ -55,14 +78,16 @@ def assign_identifiers(names: Iterable[str], reserved: frozenset[str]) -> dict[s
 
     Collisions are resolved deterministically: names are taken in sorted order, the first keeps
     the plain identifier and later ones get ``_2``, ``_3`` … whatever order they arrived in.
+    No result starts with ``__`` unless it is only underscores: Python mangles ``__x`` in a class body.
     """
     taken: set[str] = set()
     out: dict[str, str] = {}
     for name in sorted(set(names)):
         base = safe_identifier(name, reserved)
+        stem = base if base.strip("_") else ""
         candidate, n = base, 2
-        while candidate in taken:
-            candidate = f"{base}_{n}"
+        while candidate in taken or candidate in reserved:
+            candidate = f"{stem}_{n}"
             n += 1
         taken.add(candidate)
         out[name] = candidate
