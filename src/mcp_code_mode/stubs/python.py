@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import keyword
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .index import NO_DEFAULT, ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import pascal, singular
+from .names import PY_TYPE_RESERVED, pascal, singular
+from .text import py_doc, py_string, split_top
 
 HEADER = '''\
 """Tool stubs of mcp-code-mode. In the sandbox they are already defined: call them, do not import them.
@@ -30,12 +32,24 @@ _PRIMITIVES = {"string": "str", "integer": "int", "number": "float", "boolean": 
 _MAX_DEPTH = 6
 
 
-def _doc_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+def _docstring_literal(text: str, prefix: str, closing_line: bool = False) -> str:
+    """``text`` as a triple-quoted docstring indented by ``prefix``; any text compiles (see ``text.py_doc``)."""
+    body = py_doc(text) + ("\n" if closing_line else "")
+    return "\n".join(prefix + line if line.strip() else "" for line in f'"""{body}"""'.split("\n"))
 
 
-def _indent(text: str, prefix: str) -> str:
-    return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
+def _schema(value: object) -> Mapping[str, Any]:
+    """A subschema as a mapping: anything else (``true``, a list, a string) describes nothing."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _required(schema: Mapping[str, Any]) -> set[str]:
+    names = schema.get("required")
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _text(value: object) -> str:
+    return str(value or "").strip()
 
 
 @dataclass
@@ -48,7 +62,8 @@ class _Types:
     defs: list[str] = field(default_factory=list)
     _ref_names: dict[str, str] = field(default_factory=dict)
 
-    def render(self, schema: Mapping[str, Any], hint: str, depth: int = 0) -> str:
+    def render(self, schema: object, hint: str, depth: int = 0) -> str:
+        schema = _schema(schema)
         if depth > _MAX_DEPTH:
             return "Any"
         named = ref_name(schema)
@@ -72,6 +87,8 @@ class _Types:
             return _union(self.render({**schema, "type": k}, hint, depth + 1) for k in kind)
         if kind is None and "properties" in schema:
             kind = "object"
+        if not isinstance(kind, str | None):
+            return "Any"
         if kind in _PRIMITIVES:
             return _PRIMITIVES[kind]
         if kind == "array":
@@ -94,39 +111,44 @@ class _Types:
     def _typed_dict(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
         base = pascal(hint) if hint[:1].isupper() else self.prefix + pascal(hint)
         name, n = base, 2
-        while name in self.taken:
+        while name in self.taken or name in PY_TYPE_RESERVED:
             name, n = f"{base}{n}", n + 1
         self.taken.add(name)
         props: Mapping[str, Any] = schema["properties"]
-        required = set(schema.get("required") or [])
+        required = _required(schema)
         fields: list[tuple[str, str, str]] = []
         for key, sub in props.items():
-            sub_schema = sub if isinstance(sub, Mapping) else {}
+            sub_schema = _schema(sub)
             annotation = self.render(sub_schema, f"{hint}_{key}", depth + 1)
             if key not in required:
                 annotation = f"NotRequired[{annotation}]"
-            fields.append((key, annotation, str(sub_schema.get("description") or "").strip()))
-        described = str(schema.get("description") or "").strip()
-        if all(k.isidentifier() and not keyword.iskeyword(k) for k, _, _ in fields):
+            fields.append((key, annotation, _text(sub_schema.get("description"))))
+        described = _text(schema.get("description"))
+        if all(_is_field_name(k) for k, _, _ in fields):
             lines = [f"class {name}(TypedDict):"]
             if described:
-                lines.append(_indent(f'"""{_doc_escape(described)}"""', "    "))
+                lines.append(_docstring_literal(described, "    "))
             for key, annotation, doc in fields:
                 lines.append(f"    {key}: {annotation}")
                 if doc:
-                    lines.append(_indent(f'"""{_doc_escape(doc)}"""', "    "))
-            if not fields:
-                lines.append("    pass")
+                    lines.append(_docstring_literal(doc, "    "))
             text = "\n".join(lines)
         else:
-            body = ", ".join(f"{json.dumps(k)}: {a}" for k, a, _ in fields)
+            body = ", ".join(f"{py_string(k)}: {a}" for k, a, _ in fields)
             text = f"{name} = TypedDict({name!r}, {{{body}}})"
         self.defs.append(text)
         return name
 
 
+def _is_field_name(key: str) -> bool:
+    """Whether ``key`` can be a field of a class-syntax TypedDict and stay ``key``: an ASCII identifier
+    (others are NFKC-normalised), not a keyword, not ``__x`` (mangled in a class body)."""
+    return key.isascii() and key.isidentifier() and not keyword.iskeyword(key) and not key.startswith("__")
+
+
 def _is_literal(value: object) -> bool:
-    return isinstance(value, str | int | float | bool) or value is None
+    """A value ``repr`` writes as a Python literal (``nan`` and ``inf`` are names, not literals)."""
+    return isinstance(value, str | int | bool) or value is None or (isinstance(value, float) and math.isfinite(value))
 
 
 def _literal(value: object) -> str:
@@ -136,7 +158,7 @@ def _literal(value: object) -> str:
 def _union(parts: Iterable[str]) -> str:
     seen: list[str] = []
     for part in parts:
-        for piece in part.split(" | ") if "[" not in part else [part]:
+        for piece in split_top(part, " | "):
             if piece not in seen:
                 seen.append(piece)
     if "Any" in seen:
@@ -184,15 +206,14 @@ def render_tool(spec: ToolSpec, taken: set[str] | None = None) -> RenderedTool:
         return_type = out_types.render(out, pascal(spec.func) + "Result")
         types.defs.extend(out_types.defs)
 
-    docstring = _doc_escape(_docstring(spec))
-    required_map = ", ".join(f"{json.dumps(p.name)}: {p.ident}" for p in spec.required)
-    optional_map = ", ".join(f"{json.dumps(p.name)}: {p.ident}" for p in spec.optional)
-    call = f"return _call({json.dumps(spec.server)}, {json.dumps(spec.name)}, {{{required_map}}}, {{{optional_map}}})"
+    required_map = ", ".join(f"{py_string(p.name)}: {p.ident}" for p in spec.required)
+    optional_map = ", ".join(f"{py_string(p.name)}: {p.ident}" for p in spec.optional)
+    call = f"return _call({py_string(spec.server)}, {py_string(spec.name)}, {{{required_map}}}, {{{optional_map}}})"
     method = "\n".join(
         [
             "    @staticmethod",
             f"    def {spec.func}({signature}) -> {return_type}:",
-            _indent(f'"""{docstring}\n"""', "        "),
+            _docstring_literal(_docstring(spec), "        ", closing_line=True),
             f"        {call}",
         ]
     )
@@ -221,7 +242,7 @@ def render_server(server: ServerSpec, tools: Iterable[ToolSpec] | None = None, t
     taken = taken if taken is not None else set()
     rendered = [render_tool(t, taken) for t in (server.tools if tools is None else tools)]
     summary = server.description or f"Tools of the MCP server {server.name!r}."
-    head = [f"class {server.namespace}:", _indent(f'"""{_doc_escape(summary)} ({len(server.tools)} tools)"""', "    ")]
+    head = [f"class {server.namespace}:", _docstring_literal(f"{summary} ({len(server.tools)} tools)", "    ")]
     body = "\n\n".join(r.method for r in rendered) if rendered else "    pass"
     types = [d for r in rendered for d in r.types]
     return "\n\n\n".join([*types, "\n".join(head) + "\n\n" + body])

@@ -10,6 +10,7 @@ server and the tool, so declarations and behaviour come from one ``StubIndex``.
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .index import ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import pascal, singular
+from .names import JS_RESERVED, TS_TYPE_RESERVED, pascal, singular
+from .text import comment_text, split_top
 
 HEADER = """\
 /**
@@ -46,13 +48,14 @@ HEADER_NAMES = frozenset({"ToolError", "callTool", "require"})
 _PRIMITIVES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 _MAX_DEPTH = 6
 _WIDTH = 100
-_IDENT = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
 
 def jsdoc(text: str, indent: str = "") -> list[str]:
-    """``text`` as a JSDoc block (one line when short), long lines wrapped, with ``*/`` made harmless."""
+    """``text`` as a JSDoc block (one line when short), long lines wrapped, with ``*/`` made harmless
+    and invisible characters escaped (``text.comment_text``)."""
     lines: list[str] = []
-    for line in text.replace("*/", "*\\/").strip().splitlines():
+    for line in comment_text(text).strip().splitlines():
         line = line.rstrip()
         if len(line) <= _WIDTH:
             lines.append(line)
@@ -77,7 +80,23 @@ def jsdoc(text: str, indent: str = "") -> list[str]:
 
 
 def property_key(name: str) -> str:
-    return name if _IDENT.match(name) else json.dumps(name)
+    """``name`` as a member name: itself when it is an identifier, else a JSON (and so JavaScript) string."""
+    return name if _IDENT.fullmatch(name) else json.dumps(name)
+
+
+def method_key(name: str) -> str:
+    """A method's name in an object type; a reserved word is quoted (``new(...)`` would declare a constructor)."""
+    return json.dumps(name) if name in JS_RESERVED or not _IDENT.fullmatch(name) else name
+
+
+def _schema(value: object) -> Mapping[str, Any]:
+    """A subschema as a mapping: anything else (``true``, a list, a string) describes nothing."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _required(schema: Mapping[str, Any]) -> set[str]:
+    names = schema.get("required")
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 @dataclass
@@ -90,7 +109,8 @@ class _Types:
     defs: list[str] = field(default_factory=list)
     _ref_names: dict[str, str] = field(default_factory=dict)
 
-    def render(self, schema: Mapping[str, Any], hint: str, depth: int = 0) -> str:
+    def render(self, schema: object, hint: str, depth: int = 0) -> str:
+        schema = _schema(schema)
         if depth > _MAX_DEPTH:
             return "any"
         named = ref_name(schema)
@@ -115,6 +135,8 @@ class _Types:
             return _union(self.render({**schema, "type": k}, hint, depth + 1) for k in kind)
         if kind is None and "properties" in schema:
             kind = "object"
+        if not isinstance(kind, str | None):
+            return "any"
         if kind in _PRIMITIVES:
             return _PRIMITIVES[kind]
         if kind == "array":
@@ -137,7 +159,7 @@ class _Types:
     def name_for(self, hint: str) -> str:
         base = pascal(hint) if hint[:1].isupper() else self.prefix + pascal(hint)
         name, n = base, 2
-        while name in self.taken or name in HEADER_NAMES:
+        while name in self.taken or name in HEADER_NAMES or name in TS_TYPE_RESERVED:
             name, n = f"{base}{n}", n + 1
         self.taken.add(name)
         return name
@@ -145,16 +167,16 @@ class _Types:
     def interface(self, schema: Mapping[str, Any], hint: str, depth: int, *, top: bool = False) -> str:
         """An interface for an object schema; ``top`` means the tool's arguments (members named by key)."""
         name = self.name_for(hint)
-        props: Mapping[str, Any] = schema.get("properties") or {}
-        required = set(schema.get("required") or [])
+        props = _schema(schema.get("properties"))
+        required = _required(schema)
         lines = jsdoc(str(schema.get("description") or ""))
         lines.append(f"interface {name} {{")
         for key, sub in props.items():
-            sub_schema: Mapping[str, Any] = sub if isinstance(sub, Mapping) else {}
+            sub_schema = _schema(sub)
             annotation = self.render(sub_schema, key if top else f"{hint}_{key}", depth + 1)
             doc = str(sub_schema.get("description") or "").strip()
             if "default" in sub_schema:
-                doc = (doc + "\n" if doc else "") + f"@default {json.dumps(sub_schema['default'])}"
+                doc = (doc + "\n" if doc else "") + f"@default {json.dumps(sub_schema['default'], default=repr)}"
             lines.extend(jsdoc(doc, "  "))
             lines.append(f"  {property_key(key)}{'' if key in required else '?'}: {annotation};")
         lines.append("}")
@@ -163,7 +185,8 @@ class _Types:
 
 
 def _is_literal(value: object) -> bool:
-    return isinstance(value, str | int | float | bool) or value is None
+    """A value ``json.dumps`` writes as a TypeScript literal type (``NaN`` and ``Infinity`` are not types)."""
+    return isinstance(value, str | int | bool) or value is None or (isinstance(value, float) and math.isfinite(value))
 
 
 def _literal(value: object) -> str:
@@ -172,13 +195,13 @@ def _literal(value: object) -> str:
 
 def _group(part: str) -> str:
     """Parenthesise a union or intersection where it is an operand (``(A | B)[]``)."""
-    return f"({part})" if (" | " in part or " & " in part) and not part.startswith("Record<") else part
+    return f"({part})" if len(split_top(part, " | ")) > 1 or len(split_top(part, " & ")) > 1 else part
 
 
 def _union(parts: Iterable[str]) -> str:
     seen: list[str] = []
     for part in parts:
-        for piece in part.split(" | ") if "<" not in part and "(" not in part else [part]:
+        for piece in split_top(part, " | "):
             if piece not in seen:
                 seen.append(piece)
     if "any" in seen:
@@ -221,7 +244,7 @@ def render_tool(spec: ToolSpec, taken: set[str] | None = None) -> RenderedTool:
         result = out_types.render(out, pascal(spec.func) + "Result")
         types.defs.extend(out_types.defs)
     return_type = f"Promise<{result}>"
-    member = "\n".join([*jsdoc(_doc(spec), "  "), f"  {spec.func}({signature}): {return_type};"])
+    member = "\n".join([*jsdoc(_doc(spec), "  "), f"  {method_key(spec.func)}({signature}): {return_type};"])
     return RenderedTool(spec=spec, types=tuple(types.defs), member=member, signature=signature, return_type=return_type)
 
 
