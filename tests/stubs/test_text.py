@@ -365,3 +365,12 @@ async def test_declarations_for_hostile_schemas_type_check_with_deno(tmp_path: P
             [deno, "check", "--no-config", str(script)], env=deno_env(tmp_path / "deno"), cwd=tmp_path, check=False
         )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
+
+
+def test_names_outside_the_basic_plane_reach_the_server_unchanged() -> None:
+    # json.dumps writes 😀 as two surrogate escapes, which a Python literal reads as two lone surrogates.
+    schema = {"type": "object", "properties": {"😀 key": {"type": "string"}}, "required": ["😀 key"]}
+    info = ToolInfo(server="srv", name="send 😀", description="", input_schema=schema, output_schema=None)
+    namespace, calls = run_python(python.render_module(StubIndex.build([("srv", None)], [info])))
+    getattr(namespace["srv"], StubIndex.build([("srv", None)], [info]).tools()[0].func)("x")
+    assert calls == [("srv", "send 😀", {"😀 key": "x"}, {})]
