@@ -176,6 +176,7 @@ class CodeMode:
             # Last started, first closed: each runner's task group is nested in the previous one's.
             for runner in reversed(self.runners.values()):
                 await runner.aclose()
+            self.sandbox.close()
             self.scripts.close()
             self.tool_search.close()
 

@@ -3,9 +3,14 @@ memory and disk limits (Deno's ArrayBuffers and WebAssembly memory included)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.sandbox.bwrap import BwrapSandbox
+
+from ..conftest import make_config
 
 pytestmark = pytest.mark.anyio
 
@@ -83,3 +88,39 @@ async def test_deno_cannot_fill_the_disk_beyond_its_workspace(engine: CodeMode) 
     assert result.output.startswith("refused") and result.output.strip().endswith("true"), result
     after = await engine.execute("console.log([...Deno.readDirSync('.')].length)", "js", cache="off")
     assert after.output == "0\n"
+
+
+FORK_AND_FILL = """
+import os
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = bytearray(300 * 1024 * 1024)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+        except MemoryError:
+            os._exit(3)
+        os._exit(0)
+    children.append(pid)
+statuses = [os.waitpid(pid, 0)[1] for pid in children]
+killed = sum(1 for s in statuses if os.WIFSIGNALED(s) and os.WTERMSIG(s) == 9)
+print(killed, "killed", sum(1 for s in statuses if os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0), "filled")
+"""
+
+
+async def test_the_memory_limit_covers_every_process_a_run_forks(tmp_path: Path) -> None:
+    config = make_config({}, workspace_dir=tmp_path / "runs", limit_memory_mb=512, pool_size=0, cpython_pool_size=1)
+    async with CodeMode(config) as cm:
+        sandbox = cm.sandbox
+        if not isinstance(sandbox, BwrapSandbox) or sandbox.cgroups is None:
+            pytest.skip("no memory cgroup can be made on this host: the limit is per process (SECURITY.md)")
+        assert "memory cgroup per worker" in sandbox.describe()["memory"]
+        result = await cm.execute(FORK_AND_FILL, runner="cpython", cache="off", timeout_ms=30_000)
+        # Each child alone is within the 512 MB rlimit; four together are not, and the cgroup says no.
+        assert result.success, result.error
+        killed, filled = int(result.output.split()[0]), int(result.output.split()[2])
+        assert killed >= 2 and filled <= 2, result.output
+        after = await cm.execute("print('next ok')", runner="cpython", cache="off")
+        assert after.output == "next ok\n"

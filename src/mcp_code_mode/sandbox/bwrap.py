@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -13,7 +14,10 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import RunnerError
+from .cgroup import SANDBOX_CGROUP, MemoryCgroups
 from .core import SANDBOX_WORKSPACE, WORKER_DIR, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
+
+logger = logging.getLogger(__name__)
 
 SANDBOX_LIB = "/sandbox/lib"
 """Where the runner's own packages (smolagents and what it imports) appear inside the sandbox."""
@@ -24,6 +28,8 @@ SANDBOX_ENV = "/sandbox/env"
 
 # Packages the local runner's worker imports from site-packages (checked by a test against the worker).
 RUNNER_PACKAGES = ("smolagents", "jinja2", "markupsafe")
+ZYGOTE_MB = 128
+"""What a zygote holds besides its run: added to the run's memory for the worker's cgroup."""
 
 # Files under /etc a worker may need; nothing else of /etc is visible (no passwd, no shadow, no hosts of the host).
 ETC_ALWAYS = ("/etc/ld.so.cache", "/etc/localtime")
@@ -64,6 +70,7 @@ class BwrapSandbox(Sandbox):
         self.bwrap = bwrap
         self.as_root = is_root()
         self.uids = UidSlots(base=settings.sandbox_uid_base)
+        self.cgroups = MemoryCgroups.detect() if self.as_root else None
         self.python = Path(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable)  # pyright: ignore[reportAttributeAccessIssue]
         self.prefix = Path(sys.base_prefix)
 
@@ -105,6 +112,12 @@ class BwrapSandbox(Sandbox):
                 f"writable: a {self.limits.workspace_mb} MB tmpfs workspace and /tmp; nothing else of the host"
             ),
             "network": "a new, empty network namespace unless the run allows networking",
+            "memory": (
+                f"a memory cgroup per worker ({self.cgroups.parent}, v{self.cgroups.version}): a run's memory limit "
+                "covers every process it forks"
+                if self.cgroups is not None
+                else "rlimits only: the memory limit is per process (no cgroup can be made here)"
+            ),
             "bubblewrap": self.bwrap,
             "limits": self.limits.describe(),
         }
@@ -116,8 +129,9 @@ class BwrapSandbox(Sandbox):
 
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         uid = self.uids.take()
+        cgroup = self._cgroup(self.limits.memory_mb + ZYGOTE_MB)
         script, rest = worker_argv[0], worker_argv[1:]
-        argv = self._argv(uid=uid, profile=profile, command=rest, worker=script)
+        argv = self._argv(uid=uid, profile=profile, command=rest, worker=script, cgroup=cgroup)
         return SandboxSpec(
             argv=argv,
             env=sandbox_environment(SANDBOX_WORKSPACE),
@@ -125,10 +139,22 @@ class BwrapSandbox(Sandbox):
             workspace=None,
             uid=uid,
             host_pids=False,
+            cgroup=cgroup,
         )
+
+    def _cgroup(self, memory_mb: int) -> Path | None:
+        if self.cgroups is None:
+            return None
+        try:
+            return self.cgroups.make(memory_mb)
+        except OSError as exc:
+            logger.warning("no memory cgroup for a worker (%s): its memory limit is per process", exc)
+            return None
 
     def release(self, spec: SandboxSpec) -> None:
         self.uids.give_back(spec.uid)
+        if spec.cgroup is not None and self.cgroups is not None:
+            self.cgroups.remove(spec.cgroup)
         super().release(spec)
 
     def command_spec(
@@ -145,12 +171,16 @@ class BwrapSandbox(Sandbox):
         ``cm_launch.py`` in front, which drops to the worker's own uid, applies ``limits`` (rlimits),
         dies with its parent and installs the seccomp filter before it becomes ``argv``."""
         uid = self.uids.take()
+        cgroup = self._cgroup(limits.get("data", self.limits.memory_mb << 20) >> 20)
         binds = _Binds()
         for path in dict.fromkeys(str(Path(p)) for p in reads):
             if Path(path).exists():
                 binds.bind(path, path)
         launch = [str(self.python), "-I", "-S", f"{SANDBOX_WORKER_DIR}/cm_launch.py"]
         launch += [f"--limit={name}={value}" for name, value in limits.items()]
+        if cgroup is not None:
+            binds.bind(str(cgroup), SANDBOX_CGROUP, writable=True)
+            launch += ["--cgroup", SANDBOX_CGROUP]
         if self.as_root:
             launch += ["--drop", f"{uid}:{uid}"]
         full = self._namespaces(profile) + binds.argv + ["--ro-bind", str(WORKER_DIR), SANDBOX_WORKER_DIR]
@@ -162,7 +192,12 @@ class BwrapSandbox(Sandbox):
             workspace=None,
             uid=uid,
             host_pids=False,
+            cgroup=cgroup,
         )
+
+    def close(self) -> None:
+        if self.cgroups is not None:
+            self.cgroups.close()
 
     def _namespaces(self, profile: Profile) -> list[str]:
         """bwrap's namespaces, user, /proc, /dev, size-limited /tmp, /dev/shm and workspace, system and Python binds."""
@@ -182,10 +217,17 @@ class BwrapSandbox(Sandbox):
         argv += ["--perms", "1777", "--size", str(size), "--tmpfs", SANDBOX_WORKSPACE]
         return argv + self._system_binds(profile) + self._python_binds()
 
-    def _argv(self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None) -> list[str]:
+    def _argv(
+        self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None, cgroup: Path | None = None
+    ) -> list[str]:
         worker = worker or str(WORKER_DIR / "worker.py")
         program = f"{SANDBOX_WORKER_DIR}/{Path(worker).name}"
         argv = self._namespaces(profile)
+        if cgroup is not None:
+            binds = _Binds()
+            binds.bind(str(cgroup), SANDBOX_CGROUP, writable=True)
+            argv += binds.argv
+            command = [*command, "--cgroup", SANDBOX_CGROUP]
         argv += ["--ro-bind", str(Path(worker).parent), SANDBOX_WORKER_DIR]
         if profile.environment:
             argv += ["--ro-bind", profile.environment, SANDBOX_ENV]
@@ -246,9 +288,9 @@ class _Binds:
                 self.made.add(name)
                 self.argv += ["--perms", "0755", "--dir", name]
 
-    def bind(self, source: str, target: str) -> None:
+    def bind(self, source: str, target: str, *, writable: bool = False) -> None:
         self.mkdir(str(Path(target).parent))
-        self.argv += ["--ro-bind", source, target]
+        self.argv += ["--bind" if writable else "--ro-bind", source, target]
 
     def add(self, *args: str) -> None:
         self.argv += list(args)

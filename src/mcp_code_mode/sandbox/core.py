@@ -119,6 +119,8 @@ class SandboxSpec:
     """Whether pids the worker reports are valid on the host (false inside a pid namespace)."""
     zygote: bool = False
     """A zygote worker: the pool gives it a socket for run channels (``--runs-fd``)."""
+    cgroup: Path | None = None
+    """The worker's own memory cgroup (removed when it is gone)."""
 
     def cleanup(self) -> None:
         if self.workspace is not None:
@@ -222,6 +224,9 @@ class Sandbox:
 
     def release(self, spec: SandboxSpec) -> None:
         spec.cleanup()
+
+    def close(self) -> None:
+        """After every worker is gone: release what the sandbox holds for them."""
 
 
 UID_LOCK_DIRS = (Path("/run/mcp-code-mode/uids"), Path(tempfile.gettempdir()) / f"mcp-code-mode-uids-{os.geteuid()}")

@@ -14,11 +14,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cm_os import LIMIT_NAMES, apply_limits, die_with_parent, drop_privileges, install_seccomp
+from cm_os import LIMIT_NAMES, apply_limits, die_with_parent, drop_privileges, install_seccomp, join_cgroup
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="cm_launch.py")
+    parser.add_argument("--cgroup", default=None, help="the worker's own cgroup directory, to join first")
     parser.add_argument("--drop", default=None, help="UID:GID to become first")
     parser.add_argument("--limit", action="append", default=[], help="NAME=VALUE, NAME one of " + ",".join(LIMIT_NAMES))
     parser.add_argument("program", nargs=argparse.REMAINDER)
@@ -26,6 +27,8 @@ def main() -> None:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         raise SystemExit("cm_launch.py: nothing to run")
+    if args.cgroup:
+        join_cgroup(args.cgroup)
     if args.drop:
         uid, gid = (int(part) for part in args.drop.split(":"))
         drop_privileges(uid, gid)

@@ -85,6 +85,12 @@ def set_name(name: str) -> None:
         pass
 
 
+def join_cgroup(directory: str) -> None:
+    """Move this process into its worker's cgroup (while still root; every child it starts follows)."""
+    with open(os.path.join(directory, "cgroup.procs"), "w", encoding="utf-8") as procs:
+        procs.write(str(os.getpid()))
+
+
 def drop_privileges(uid: int, gid: int) -> None:
     """Become ``uid``/``gid`` for good: no groups, no capabilities, no way back, no new privileges."""
     os.setgroups([])

@@ -46,6 +46,7 @@ from cm_os import (
     die_with_parent,
     drop_privileges,
     install_seccomp,
+    join_cgroup,
     prctl,
     set_name,
 )
@@ -164,6 +165,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--sys-path", action="append", default=[], help="directories to put on sys.path")
     parser.add_argument("--drop", default=None, help="UID:GID to become before anything else")
     parser.add_argument("--pidns", action="store_true", help="in a pid namespace: clean up with kill(-1)")
+    parser.add_argument("--cgroup", default=None, help="the worker's own cgroup directory, to join first")
     parser.add_argument("--runs-fd", type=int, default=None, help="the socket that takes each run's channel")
     parser.add_argument("--probe", action="store_true", help="check the sandbox works, print sandbox-ok, exit")
     return parser.parse_args()
@@ -171,6 +173,8 @@ def _arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = _arguments()
+    if args.cgroup:
+        join_cgroup(args.cgroup)
     if args.drop:
         uid, gid = (int(part) for part in args.drop.split(":"))
         drop_privileges(uid, gid)
