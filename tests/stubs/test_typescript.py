@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from mcp_code_mode.config import Settings
 from mcp_code_mode.downstream.pool import ToolInfo
 from mcp_code_mode.packages import Whitelist
 from mcp_code_mode.runners.deno import deno_binary
+from mcp_code_mode.sandbox import Sandbox
 from mcp_code_mode.stubs import RENDERERS
 from mcp_code_mode.stubs.index import StubIndex
 from mcp_code_mode.stubs.typescript import render_module, render_tool
@@ -61,7 +63,12 @@ async def test_declarations_of_every_npm_server_type_check_and_type_a_script(tmp
     )
     # One deno check (they are slow): the declarations themselves must check, and only line 7 is wrong.
     findings = await check_typescript(
-        script, declarations, deno=deno_binary(), deno_dir=tmp_path / "deno", whitelist=Whitelist.load()
+        script,
+        declarations,
+        deno=deno_binary(),
+        deno_dir=tmp_path / "deno",
+        whitelist=Whitelist.load(),
+        sandbox=Sandbox.detect(Settings()),
     )
     assert [(f.line, f.message.split(":")[0]) for f in findings] == [(7, "TS2739")]
     assert "entityType" in findings[0].message
