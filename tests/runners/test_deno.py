@@ -159,7 +159,7 @@ async def test_tools_added_at_run_time_are_defined_even_with_awkward_names(engin
         while not (result := await engine.execute(code, "js")).success:
             await anyio.sleep(0.1)  # the server announces the new tool; the pool refreshes its index
     assert result.return_value == [True, {"result": "delete:hi"}]
-    assert "  delete(args?: DeleteArgs): Promise<DeleteResult>;" in engine.stubs("ts", ["fixture"])
+    assert '  "delete"(args?: DeleteArgs): Promise<DeleteResult>;' in engine.stubs("ts", ["fixture"])
 
 
 async def test_runtime_error_lines_point_into_the_users_typescript(engine: CodeMode) -> None:
