@@ -124,3 +124,28 @@ async def test_the_memory_limit_covers_every_process_a_run_forks(tmp_path: Path)
         assert killed >= 2 and filled <= 2, result.output
         after = await cm.execute("print('next ok')", runner="cpython", cache="off")
         assert after.output == "next ok\n"
+
+
+async def test_pyodide_memory_is_bounded(engine: CodeMode) -> None:
+    code = "try:\n    block = bytearray(3 * 1024**3)\n    print('allocated')\nexcept MemoryError:\n    print('refused')"
+    result = await engine.execute(code, runner="pyodide", cache="off")
+    assert result.output == "refused\n" or not result.success, result
+    after = await engine.execute("print('next ok')", runner="pyodide", cache="off")
+    assert after.output == "next ok\n"
+
+
+async def test_pyodide_cannot_fill_the_disk_beyond_its_workspace(engine: CodeMode) -> None:
+    code = (
+        "import os\nchunk = b'x' * (16 * 1024 * 1024)\nwritten = 0\n"
+        "try:\n    with open('/workspace/big.bin', 'wb') as f:\n        while written < 4096:\n"
+        "            f.write(chunk)\n            f.flush()\n            written += 16\n    print('wrote', written)\n"
+        "except OSError as e:\n    print('refused', e.errno, written <= 256 + 16)"
+    )
+    result = await engine.execute(code, runner="pyodide", cache="off", timeout_ms=60_000)
+    refused = result.output.startswith("refused") and result.output.strip().endswith("True")
+    limited = result.error is not None and any(
+        text in result.error.message for text in ("File too large", "No space left")
+    )  # Pyodide's file system may end the interpreter instead of raising
+    assert refused or limited, result
+    after = await engine.execute("import os\nprint(os.listdir('/workspace'))", runner="pyodide", cache="off")
+    assert after.output == "[]\n", after
