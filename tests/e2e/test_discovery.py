@@ -159,7 +159,7 @@ async def test_validate_code_type_checks_typescript_and_javascript_against_the_d
 async def test_the_cache_tools_find_list_show_and_count_scripts(client: Client, tmp_path: Path) -> None:
     code = "rows = [line.split(',') for line in 'a,1\\nb,2'.splitlines()]\nsum(int(r[1]) for r in rows)"
     run = await call(client, "execute_code", language="python", code=code, description="parse CSV and sum a column")
-    replay = await call(client, "execute_code", language="python", code=code, allowNetworking=False, cache="reuse")
+    replay = await call(client, "execute_code", language="python", code=code, cache="reuse")
     assert replay["cached"] and replay["returnValue"] == 3 and replay["hash"] == run["hash"]
     found = await call(client, "search_cached_scripts", query="add up numbers in a csv", language="python")
     assert found["scripts"][0]["hash"] == run["hash"]
