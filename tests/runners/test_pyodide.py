@@ -246,8 +246,8 @@ async def test_the_snapshot_is_cached_on_disk_keyed_by_the_versions(engine: Code
     path = runner.setup.snapshot_path()
     assert path.exists() and path.stat().st_size > 1_000_000
     assert runner.setup.versions()["pyodide"] in path.name
-    assert runner.isolation == "wasm"
-    assert engine.status()["runners"]["pyodide"] == {"isolation": "wasm", "languages": ["python"]}
+    assert runner.isolation == "namespaces+wasm"  # the Deno process runs inside the bubblewrap sandbox
+    assert engine.status()["runners"]["pyodide"] == {"isolation": "namespaces+wasm", "languages": ["python"]}
 
 
 async def test_closing_the_engine_while_interpreters_start_leaves_no_deno_process(tmp_path: Path) -> None:

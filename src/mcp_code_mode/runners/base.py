@@ -58,7 +58,8 @@ class Runner(Protocol):
 
     @property
     def isolation(self) -> str:
-        """What stands between a script and the host: ``process``, ``namespaces`` or ``wasm``."""
+        """What stands between a script and the host: ``process`` or ``namespaces``, joined with ``+`` by what a
+        runner adds inside it (``namespaces+deno-permissions``, ``namespaces+wasm``)."""
         ...
 
     async def start(self) -> None:

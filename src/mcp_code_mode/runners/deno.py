@@ -151,7 +151,8 @@ class DenoRunner(ProcessRunner):
 
     @property
     def isolation(self) -> str:
-        return "deno-permissions"
+        """``namespaces+deno-permissions`` where the sandbox has namespaces, else ``deno-permissions``."""
+        return "namespaces+deno-permissions" if self.sandbox.isolation == "namespaces" else "deno-permissions"
 
     def profile_for(self, request: RunRequest) -> Profile:
         return Profile(network=request.allow_network)

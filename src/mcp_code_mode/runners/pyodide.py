@@ -314,7 +314,8 @@ class PyodideRunner(ProcessRunner):
 
     @property
     def isolation(self) -> str:
-        return "wasm"
+        """``namespaces+wasm`` where the sandbox has namespaces (the Deno process is inside it), else ``wasm``."""
+        return "namespaces+wasm" if self.sandbox.isolation == "namespaces" else "wasm"
 
     def profile_for(self, request: RunRequest) -> Profile:
         return Profile(network=request.allow_network)
