@@ -64,3 +64,21 @@ async def test_require_isolation_refuses_to_run_code_without_namespaces(tmp_path
     async with CodeMode(config) as cm:
         with pytest.raises(UnsupportedError, match="CODE_MODE_REQUIRE_ISOLATION"):
             await cm.execute("print(1)")
+
+
+def test_a_process_mode_server_removes_the_workspaces_a_killed_server_left(tmp_path: Path) -> None:
+    import subprocess
+
+    from mcp_code_mode.sandbox.core import make_workspace
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"mcp-code-mode-run-{dead.pid}-abc123"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "file.txt").write_text("left by a run", encoding="utf-8")
+    mine = make_workspace(tmp_path)  # this server's own, alive: kept
+    other = tmp_path / "unrelated"
+    other.mkdir()
+    Sandbox(Settings(sandbox="process", workspace_dir=tmp_path), "test")
+    assert not left.exists()
+    assert mine.exists() and other.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -155,6 +156,8 @@ class Sandbox:
         self.limits = Limits.from_settings(settings)
         self.reason = reason
         """Why namespaces are not in force (empty when they are)."""
+        if self.isolation == "process":
+            sweep_workspaces(settings.workspace_dir)
 
     @classmethod
     def detect(cls, settings: Settings) -> Sandbox:
@@ -286,11 +289,47 @@ class UidSlots:
             os.close(fd)  # closing the descriptor releases the lock
 
 
+WORKSPACE_PREFIX = "mcp-code-mode-run-"
+
+
 def make_workspace(root: Path | None) -> Path:
-    """A new, empty, private directory for one worker's runs (under ``root``, else the system's temp dir)."""
+    """A new, empty, private directory for one worker's runs (under ``root``, else the system's temp dir),
+    named after this server's pid so that a later server can remove it if this one dies first."""
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="mcp-code-mode-run-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_workspaces(root: Path | None) -> list[Path]:
+    """Remove the host workspaces of servers that are gone (killed before they could clean up)."""
+    folder = root or Path(tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = re.fullmatch(rf"{WORKSPACE_PREFIX}(\d+)-\w+", entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            if entry.lstat().st_uid != os.geteuid() or not entry.is_dir():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
 
 
 def is_root() -> bool:
