@@ -23,6 +23,7 @@ SYSCALL = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         ("sysv-shared-memory", "libc.shmget(0, 1 << 30, 0o1600)"),  # IPC_PRIVATE, IPC_CREAT | 0600
         ("sysv-semaphores", "libc.semget(0, 1, 0o1600)"),
         ("sysv-message-queues", "libc.msgget(0, 0o1600)"),
+        ("posix-message-queues", "libc.syscall(240, b'kept', 0o100 | 2, 0o600, 0)"),  # mq_open(O_CREAT|O_RDWR)
         ("keyring-add-key", "libc.syscall(248, b'user', b'kept', b'secret', 6, -3)"),  # add_key, user keyring
         ("keyring-keyctl", "libc.syscall(250, 0, -3, 0)"),  # keyctl(KEYCTL_GET_KEYRING_ID, user keyring)
         ("new-user-namespace", "libc.unshare(0x10000000)"),  # CLONE_NEWUSER

@@ -108,13 +108,27 @@ class Worker:
         assert self.process.stdin is not None
         return LineChannel(self.process.stdin, self.stream)
 
+    async def await_exit(self) -> str | None:
+        """How the run's process ended, as the zygote reports it within ``REAP_TIMEOUT`` (else None)."""
+        with anyio.move_on_after(REAP_TIMEOUT):
+            while self.exit_status is None:
+                message = await self.receive()
+                if message is None:
+                    break
+                if message.get("op") == "exit":
+                    self._record_exit(message)
+        return self.exit_status
+
+    def _record_exit(self, message: dict[str, Any]) -> None:
+        status = message.get("status")
+        self.exit_status = status[:200] if isinstance(status, str) else "unknown"
+
     async def await_ready(self) -> bool:
         """Read control messages until ``ready`` (True, with the next run channel taken), or the end (False)."""
         while (message := await self.receive()) is not None:
             op = message.get("op")
             if op == "exit":
-                status = message.get("status")
-                self.exit_status = status[:200] if isinstance(status, str) else "unknown"
+                self._record_exit(message)
             elif op == "ready":
                 child = message.get("child")
                 self.child_pid = child if isinstance(child, int) and not isinstance(child, bool) else None
@@ -380,16 +394,7 @@ class WorkerPool:
         within ``READY_TIMEOUT``, or it is killed (a run whose process outlives its ``done`` costs its worker)."""
         ready = False
         try:
-            if worker.exit_status is None:
-                with anyio.move_on_after(REAP_TIMEOUT):
-                    while worker.exit_status is None:
-                        message = await worker.receive()
-                        if message is None:
-                            break
-                        if message.get("op") == "exit":
-                            status = message.get("status")
-                            worker.exit_status = status[:200] if isinstance(status, str) else "unknown"
-            if worker.exit_status is not None:
+            if await worker.await_exit() is not None:
                 with anyio.move_on_after(READY_TIMEOUT):
                     ready = await worker.await_ready()
         except (RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):

@@ -27,7 +27,7 @@ from ..bridge import ToolDispatcher, serve_run
 from ..errors import RunnerError
 from ..sandbox import Profile, Sandbox, SandboxSpec
 from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
-from .pool import REAP_TIMEOUT, Launcher, Worker, WorkerPool
+from .pool import Launcher, Worker, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -190,17 +190,7 @@ class ProcessRunner:
 
     async def _died(self, worker: Worker) -> RunOutcome:
         """The run's channel closed before ``done``: say how its process ended (a zygote reports it)."""
-        status: str | None = None
-        if worker.zygote:
-            with anyio.move_on_after(REAP_TIMEOUT):
-                while worker.exit_status is None:
-                    message = await worker.receive()
-                    if message is None:
-                        break
-                    if message.get("op") == "exit":
-                        raw = message.get("status")
-                        worker.exit_status = raw[:200] if isinstance(raw, str) else "unknown"
-            status = worker.exit_status
+        status = await worker.await_exit() if worker.zygote else None
         if status is None:
             with anyio.move_on_after(2):
                 await worker.process.wait()

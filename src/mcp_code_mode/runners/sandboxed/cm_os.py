@@ -5,10 +5,11 @@
 - ``die_with_parent``: SIGKILL when the parent goes (a SIGKILLed server leaves no running script);
 - ``install_seccomp``: a filter refusing (EPERM) the system calls that would let a run keep state
   past its end or reach the kernel's rarer surfaces: SysV IPC (shared memory, semaphores, message
-  queues), the kernel keyrings, new namespaces (``unshare``, ``setns``, ``clone`` with namespace flags),
-  mounts, ``ptrace`` and ``process_vm_*``, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring``,
-  module and kexec loading. ``clone3`` answers ENOSYS, so libc falls back to ``clone``, whose flags
-  the filter can see. System calls of another architecture (``int 0x80`` on x86-64, x32) are refused.
+  queues), POSIX message queues, the kernel keyrings, new namespaces (``unshare``, ``setns``,
+  ``clone`` with namespace flags), mounts, ``ptrace`` and ``process_vm_*``, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``, ``io_uring``, module and kexec loading. ``clone3`` answers
+  ENOSYS, so libc falls back to ``clone``, whose flags the filter can see. System calls of another
+  architecture (``int 0x80`` on x86-64, x32) are refused.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ SECCOMP_MODE_FILTER = 2
 _X86_64: dict[str, int] = {
     "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
     "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+    "mq_getsetattr": 245,
     "add_key": 248, "request_key": 249, "keyctl": 250,
     "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
     "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
@@ -47,6 +50,8 @@ _X86_64: dict[str, int] = {
 _AARCH64: dict[str, int] = {
     "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "msgget": 186, "msgctl": 187, "msgrcv": 188,
     "msgsnd": 189, "semget": 190, "semctl": 191, "semtimedop": 192, "semop": 193,
+    "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+    "mq_getsetattr": 185,
     "add_key": 217, "request_key": 218, "keyctl": 219,
     "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
     "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
