@@ -114,6 +114,10 @@ class PyodideSetup:
             digest.update(source.read_bytes())
         return self.cache_dir / f"snapshot-{self.versions()['pyodide']}-{digest.hexdigest()[:16]}.bin"
 
+    def remote_index(self) -> bool:
+        """Whether Pyodide's own packages come from an http(s) index (the worker's sandbox then needs the network)."""
+        return bool(self.index_url) and urlparse(self.index_url or "").scheme in ("http", "https")
+
     def index_folder(self) -> str | None:
         """The configured package index when it is a folder (read permission), else None (a URL)."""
         if not self.index_url or urlparse(self.index_url).scheme in ("http", "https"):
@@ -262,11 +266,12 @@ class PyodideRunner(ProcessRunner):
             env=self.setup.environment(),
             memory_mb=max(sandbox.limits.memory_mb, self.setup.max_memory_mb),
         )
-        # A worker starts with network and takes it back before a run that may not use it; its sandbox has
-        # the network (a profile of its own) only for runs that may use it. The pool starts empty and grows
-        # once the snapshot exists (see ``_prepare``).
-        profile = Profile(network=settings.allow_network)
-        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=profile)
+        # One kind of worker. Python under Pyodide has no network of its own (the JavaScript realm is sealed),
+        # so the sandbox has the network only when Pyodide's own packages come from a remote index, which
+        # the worker loads before the script runs. The pool starts empty and grows once the snapshot exists
+        # (see ``_prepare``).
+        self._profile = Profile(network=self.setup.remote_index())
+        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=self._profile)
         self.pool.spawn_delay = 0.05  # the replacement of a used interpreter starts after its run's answer
         self._target_size = settings.pyodide_pool_size
         self._prepared = False
@@ -318,7 +323,7 @@ class PyodideRunner(ProcessRunner):
         return "namespaces+wasm" if self.sandbox.isolation == "namespaces" else "wasm"
 
     def profile_for(self, request: RunRequest) -> Profile:
-        return Profile(network=request.allow_network)
+        return self._profile
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
         await self._prepare()
