@@ -166,11 +166,10 @@ class Worker:
             return None
         return pid if fields[1:2] == [str(self.process.pid)] else None
 
-    async def kill(self) -> None:
-        """Kill the worker, its child and their process groups, and release its sandbox (once)."""
-        if self.killed:
+    def signal(self) -> None:
+        """SIGKILL the worker, its child and their process groups now; ``kill`` reaps them and releases."""
+        if self.killed or self.process.returncode is not None:
             return
-        self.killed = True
         child = self._host_child()
         for pgid in [self.process.pid] + ([child] if child else []):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -180,6 +179,13 @@ class Worker:
             # before asyncio's child watcher does (it then logs "Unknown child process").
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signal.SIGKILL)
+
+    async def kill(self) -> None:
+        """Kill the worker, its child and their process groups, and release its sandbox (once)."""
+        if self.killed:
+            return
+        self.signal()
+        self.killed = True
         with anyio.CancelScope(shield=True):  # runs to the end even when the caller is being cancelled
             with anyio.move_on_after(5):
                 await self.process.wait()

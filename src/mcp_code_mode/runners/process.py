@@ -59,6 +59,8 @@ class ProcessRunner:
     stub_language = "python"
     reuse_workers = True
     """Whether a worker serves another run after a clean one (false: one run per worker process)."""
+    spawn_delay = 0.0
+    """Seconds a pool waits before it starts a replacement worker (see ``WorkerPool.spawn_delay``)."""
 
     def __init__(self, launcher: Launcher, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
         self.sandbox = sandbox
@@ -86,6 +88,7 @@ class ProcessRunner:
             pool = WorkerPool(
                 self._launcher, size=size, label=f"{self.name} {profile}", profile=profile, release=self.sandbox.release
             )
+            pool.spawn_delay = self.spawn_delay
             if self._stubs is not None:
                 pool.set_stubs(self._stubs)
             self._pools[profile] = pool
@@ -147,7 +150,7 @@ class ProcessRunner:
         pool = self._pool_for(self.profile_for(request))
         worker = await pool.acquire()
         started = time.perf_counter()
-        clean = False
+        clean = done = False
         try:
             if worker.zygote and worker.stubs_version != request.stubs.version:
                 if not await worker.prepare(request.stubs):
@@ -164,6 +167,7 @@ class ProcessRunner:
             )
             outcome = hosted.outcome
             if hosted.ended == "done":
+                done = True
                 clean = worker.zygote
                 self._explain_memory(outcome)
             elif hosted.ended == "closed":
@@ -176,7 +180,10 @@ class ProcessRunner:
         finally:
             with anyio.CancelScope(shield=True):
                 await worker.drop_channel()  # nothing more is read from this run
-                if not clean:
+                if done and not worker.zygote:
+                    # A one-run worker after its done: killed now, reaped by the pool after the answer.
+                    worker.signal()
+                elif not clean:
                     # Kill now, before answering: nothing the script started may outlive its run.
                     await worker.kill()
             pool.release(worker, clean=clean and self.reuse_workers)

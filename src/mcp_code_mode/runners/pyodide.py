@@ -240,6 +240,8 @@ class PyodideRunner(ProcessRunner):
     languages: tuple[str, ...] = ("python",)
     stub_language = "python"
     reuse_workers = False
+    spawn_delay = 0.05
+    """The replacement of a used interpreter starts after its run's answer has gone out."""
     installs_packages = True
 
     def __init__(self, settings: Settings, sandbox: Sandbox, whitelist: Whitelist) -> None:
@@ -272,7 +274,6 @@ class PyodideRunner(ProcessRunner):
         # (see ``_prepare``).
         self._profile = Profile(network=self.setup.remote_index())
         super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=self._profile)
-        self.pool.spawn_delay = 0.05  # the replacement of a used interpreter starts after its run's answer
         self._target_size = settings.pyodide_pool_size
         self._prepared = False
         self._preparing = anyio.Lock()

@@ -1,6 +1,7 @@
 """Start a program inside the sandbox the way the zygote starts a run: standard library only.
 
-``python -I -S cm_launch.py [--drop UID:GID] [--limit NAME=VALUE ...] -- PROGRAM ARGS...`` drops to
+``python -I -S cm_launch.py [--cgroup DIR] [--drop UID:GID] [--limit=NAME=VALUE ...] -- PROGRAM ARGS...`` joins
+the worker's cgroup, drops to
 the sandbox uid, applies the rlimits, dies with its parent, installs the seccomp filter (``cm_os``)
 and then becomes PROGRAM (``execv``): the Deno workers of the ``deno`` and ``pyodide`` runners, and
 ``deno check``. Everything it sets survives the ``execv``; nothing of it can be undone by PROGRAM.
@@ -8,7 +9,6 @@ and then becomes PROGRAM (``execv``): the Deno workers of the ``deno`` and ``pyo
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -16,26 +16,35 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cm_os import LIMIT_NAMES, apply_limits, die_with_parent, drop_privileges, install_seccomp, join_cgroup
 
+USAGE = "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--limit=NAME=VALUE ...] -- PROGRAM ARGS..."
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="cm_launch.py")
-    parser.add_argument("--cgroup", default=None, help="the worker's own cgroup directory, to join first")
-    parser.add_argument("--drop", default=None, help="UID:GID to become first")
-    parser.add_argument("--limit", action="append", default=[], help="NAME=VALUE, NAME one of " + ",".join(LIMIT_NAMES))
-    parser.add_argument("program", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+
+def main(argv: list[str]) -> None:
+    """Parsed by hand (no argparse: this runs before every Deno worker starts)."""
+    cgroup: str | None = None
+    drop: str | None = None
+    limits: dict[str, int] = {}
+    rest = list(argv)
+    while rest and rest[0] != "--":
+        option = rest.pop(0)
+        if option in ("--cgroup", "--drop") and rest:
+            value = rest.pop(0)
+            cgroup, drop = (value, drop) if option == "--cgroup" else (cgroup, value)
+        elif option.startswith("--limit="):
+            name, _, value = option.removeprefix("--limit=").partition("=")
+            if name not in LIMIT_NAMES:
+                raise SystemExit(f"cm_launch.py: unknown limit {name!r} (one of {', '.join(LIMIT_NAMES)})")
+            limits[name] = int(value)
+        else:
+            raise SystemExit(f"usage: {USAGE}")
+    program = rest[1:]
     if not program:
-        raise SystemExit("cm_launch.py: nothing to run")
-    if args.cgroup:
-        join_cgroup(args.cgroup)
-    if args.drop:
-        uid, gid = (int(part) for part in args.drop.split(":"))
+        raise SystemExit(f"cm_launch.py: nothing to run\nusage: {USAGE}")
+    if cgroup:
+        join_cgroup(cgroup)
+    if drop:
+        uid, gid = (int(part) for part in drop.split(":"))
         drop_privileges(uid, gid)
-    limits = {}
-    for item in args.limit:
-        name, _, value = item.partition("=")
-        limits[name] = int(value)
     apply_limits(limits)
     die_with_parent()
     if sys.platform == "linux":
@@ -44,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
-import platform
 import resource
-import signal
 import struct
-from typing import Any
+
+# typing, functools, platform and signal (enum) stay unimported: this runs before every Deno worker starts.
+SIGKILL = 9
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -71,9 +70,13 @@ CLONE_NAMESPACES = 0x7E020000
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (and NEWTIME is 0x80)."""
 
 
-@functools.cache
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
+_LIBC: list[ctypes.CDLL] = []
+
+
+def _libc() -> ctypes.CDLL:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def prctl(option: int, value: int | bytes, arg3: int = 0) -> None:
@@ -131,14 +134,14 @@ def apply_limits(limits: dict[str, int]) -> None:
 def die_with_parent() -> None:
     """SIGKILL this process when its parent exits (kept across execve)."""
     try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_PDEATHSIG, SIGKILL)
     except (OSError, AttributeError):
         pass
 
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter as ``struct sock_filter[]`` bytes, or None on a machine it does not know."""
-    entry = _ARCHES.get(machine or platform.machine())
+    entry = _ARCHES.get(machine or os.uname().machine)
     if entry is None:
         return None
     arch, denied, clone, clone3 = entry
