@@ -96,8 +96,7 @@ class BwrapSandbox(Sandbox):
     def describe(self) -> dict[str, Any]:
         user = (
             f"a real unprivileged uid per worker ({self.settings.sandbox_uid_base}+, unique on the host: "
-            f"slots locked in {self.uids.directory or 'a private lock directory'}), no capabilities, no_new_privs, "
-            "a seccomp filter"
+            f"slots locked in {self.uids.directory or 'a private lock directory'}), no capabilities, no_new_privs"
             if self.as_root
             else "uid 65534 in a new user namespace, no capabilities"
         )
@@ -108,8 +107,14 @@ class BwrapSandbox(Sandbox):
             + ([] if self.as_root else ["user"]),
             "user": user,
             "filesystem": (
-                "read-only: the Python standard library, the runner's packages, system libraries; "
-                f"writable: a {self.limits.workspace_mb} MB tmpfs workspace and /tmp; nothing else of the host"
+                "read-only: system libraries and what the runner needs (the Python standard library and the "
+                "runner's packages; Deno and its module cache; Pyodide's files); writable: "
+                f"{self.limits.workspace_mb} MB tmpfs each for the workspace, /tmp and /dev/shm; "
+                "nothing else of the host"
+            ),
+            "seccomp": (
+                "refused: SysV IPC, POSIX message queues, kernel keyrings, new namespaces, mounts, ptrace, bpf, "
+                "perf_event_open, userfaultfd, io_uring, module loading, other architectures' system calls"
             ),
             "network": "a new, empty network namespace unless the run allows networking",
             "memory": (
