@@ -98,6 +98,18 @@ class Settings(BaseModel):
     session waits), so this bounds how long one check can stall the others."""
     max_tool_calls: int = Field(default=10_000, gt=0)
     """Tool calls allowed in one run; the next one raises ``ToolError``."""
+    max_concurrent_runs: int | None = Field(default=None, ge=1)
+    """Runs that may run at once; others wait in the queue. Default: four per core, within the memory budget
+    (``memory_budget_mb`` / ``limit_memory_mb``)."""
+    max_queued_runs: int | None = Field(default=None, ge=0)
+    """Runs that may wait for a slot; one more gets ``ServerBusy`` at once. Default: four times the slots."""
+    queue_timeout_ms: int = Field(default=60_000, ge=1)
+    """How long a run may wait in the queue before it gets ``ServerBusy`` (its own timeout starts when it runs)."""
+    max_runs_per_client: int | None = Field(default=None, ge=1)
+    """Slots one client (an MCP session) may hold at once, and runs it may have queued. Default: half the slots."""
+    memory_budget_mb: int | None = Field(default=None, ge=64)
+    """The sum of running runs' memory limits (``limit_memory_mb`` each) stays within this; a run that would
+    pass it waits. Default: half of the host's memory."""
     pool_size: int = Field(default=2, ge=0)
     """Warm worker processes kept waiting per runner."""
     warmup_timeout: float = Field(default=15.0, ge=0)

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
+from .admission import Admission
 from .bridge import ToolDispatcher
 from .cache import (
     KeyContext,
@@ -97,6 +98,8 @@ class RunProgress:
     """Seconds since the run started; strictly increasing from one report to the next."""
     tool_calls: int
     """Tool calls finished so far."""
+    queued: int | None = None
+    """While the run waits for a slot: how many runs are ahead of it (``None`` once it runs)."""
 
 
 ProgressCallback = Callable[[RunProgress], Awaitable[None]]
@@ -110,6 +113,14 @@ class CodeMode:
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
         self.sandbox = Sandbox.detect(settings)
+        self.admission = Admission.create(
+            run_memory_mb=settings.limit_memory_mb,
+            max_running=settings.max_concurrent_runs,
+            max_queued=settings.max_queued_runs,
+            per_client=settings.max_runs_per_client,
+            memory_budget_mb=settings.memory_budget_mb,
+            queue_timeout_ms=settings.queue_timeout_ms,
+        )
         self.whitelist = Whitelist.load(settings.allowed_packages)
         self.environments = PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
         self.runners: dict[str, Runner] = build_runners(settings, self.sandbox, self.whitelist)
@@ -267,6 +278,7 @@ class CodeMode:
         on_output: OutputCallback | None = None,
         on_progress: ProgressCallback | None = None,
         cache: str = "auto",
+        client: str = "local",
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 
@@ -274,6 +286,9 @@ class CodeMode:
         Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
         runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
         ``success=False``.
+
+        ``client`` names who asks (an MCP session): runs wait for a slot of ``admission`` first, within that
+        client's share; ``ServerBusy`` when there is no room even to queue.
 
         ``on_output`` receives printed output as it is printed (the result still holds all of it);
         ``on_progress`` receives a ``RunProgress`` when the run starts and every
@@ -338,10 +353,16 @@ class CodeMode:
             on_output=on_output,
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
-        if on_progress is None:
-            outcome = await chosen.run(request, dispatcher)
-        else:
-            outcome = await self._run_reporting(chosen, request, dispatcher, on_progress)
+
+        async def queued(ahead: int) -> None:
+            if on_progress is not None:
+                await on_progress(RunProgress(time.perf_counter() - started, 0, queued=ahead))
+
+        async with self.admission.slot(client, settings.limit_memory_mb, queued):
+            if on_progress is None:
+                outcome = await chosen.run(request, dispatcher)
+            else:
+                outcome = await self._run_reporting(chosen, request, dispatcher, on_progress, started)
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
         run_hash = full_key(key, tools)
         new: NewScript | None = None
@@ -439,15 +460,20 @@ class CodeMode:
             )
 
     async def _run_reporting(
-        self, runner: Runner, request: RunRequest, dispatcher: ToolDispatcher, on_progress: ProgressCallback
+        self,
+        runner: Runner,
+        request: RunRequest,
+        dispatcher: ToolDispatcher,
+        on_progress: ProgressCallback,
+        started: float,
     ) -> RunOutcome:
-        """``runner.run`` with a progress report at the start and every ``progress_interval_ms``."""
+        """``runner.run`` with a progress report at the start and every ``progress_interval_ms``; elapsed time
+        counts from ``started`` (``perf_counter``, when the request came: a queued run reported before)."""
         interval = self.config.settings.progress_interval_ms / 1000
-        started = time.monotonic()
 
         async def report() -> None:
             while True:
-                await on_progress(RunProgress(time.monotonic() - started, len(dispatcher.calls)))
+                await on_progress(RunProgress(time.perf_counter() - started, len(dispatcher.calls)))
                 await anyio.sleep(interval)
 
         outcome: RunOutcome | None = None
@@ -481,6 +507,7 @@ class CodeMode:
             "timeoutMs": {"default": settings.default_timeout_ms, "max": settings.max_timeout_ms},
             "maxOutputChars": settings.max_output_chars,
             "maxToolCallsPerRun": settings.max_tool_calls,
+            "admission": self.admission.load(),
             "network": {
                 "serverPolicy": "allowed" if settings.allow_network else "never",
                 "defaultForRuns": "allowed" if settings.allow_network else "off",

@@ -8,6 +8,7 @@ Every error the package raises on purpose derives from one base class::
     │   └── ServerUnavailable  the server is disabled, failed to start, or died mid-call
     ├── UnsupportedError       a language, runner or feature this build does not offer (yet)
     ├── PackageError           a package request that is not allowed, or an install that failed
+    ├── ServerBusy             no run slot and no room to queue (retryable; the message gives the load)
     └── RunnerError            a runner could not start or talk to its worker process
         └── ProtocolError      a run sent bytes that are not a valid bridge message (ends that run only)
 
@@ -49,6 +50,11 @@ class UnsupportedError(CodeModeError):
 
 class PackageError(CodeModeError):
     """A package request that is not allowed (the message names the entry), or an install that failed."""
+
+
+class ServerBusy(CodeModeError):
+    """No run slot is free and the run cannot queue (the queue is full, the client holds its share of it, or
+    it waited ``CODE_MODE_QUEUE_TIMEOUT_MS``). Retryable; the message gives the current load."""
 
 
 class RunnerError(CodeModeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import warnings
@@ -20,6 +21,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
@@ -200,10 +202,12 @@ class RunReporter:
     async def progress(self, progress: RunProgress) -> None:
         if self._gone:
             return
-        calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"
-        await self._send(
-            self._ctx.report_progress(progress.elapsed, None, f"running: {progress.elapsed:.1f} s, {calls}")
-        )
+        if progress.queued is not None:
+            message = f"queued: {progress.queued} ahead"
+        else:
+            calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"
+            message = f"running: {progress.elapsed:.1f} s, {calls}"
+        await self._send(self._ctx.report_progress(progress.elapsed, None, message))
 
     async def _send(self, sending: Any) -> None:
         try:
@@ -361,6 +365,7 @@ def build_server(
                     on_output=reporter.output if reporter else None,
                     on_progress=reporter.progress if reporter else None,
                     cache=cache,
+                    client=client_of(ctx),
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
                 return refused(exc, language)
@@ -403,6 +408,29 @@ def build_server(
 
 
 Json = dict[str, Any]
+
+
+def client_of(ctx: Context | None) -> str:
+    """Who asks, for fair shares of the run slots (``admission``).
+
+    Over HTTP: the MCP session (``Mcp-Session-Id``), else the bearer token, else one shared "http" client
+    (stateless requests carry nothing that tells clients apart). Otherwise (stdio, in-process): the
+    connection on the session-based protocol; on the request-scoped one a process serves one client."""
+    if ctx is None:
+        return "local"
+    headers = ctx.headers
+    if headers is not None:
+        session_id = headers.get("mcp-session-id")
+        if session_id:
+            return f"http-session:{session_id}"
+        authorization = headers.get("authorization")
+        if authorization:
+            return "http-token:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
+        return "http"
+    connection = getattr(ctx.session, "_connection", None)
+    if connection is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return "stdio"
+    return f"connection:{id(connection)}"
 
 
 @contextmanager

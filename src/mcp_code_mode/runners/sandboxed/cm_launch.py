@@ -14,7 +14,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cm_os import LIMIT_NAMES, apply_limits, die_with_parent, drop_privileges, install_seccomp, join_cgroup
+from cm_os import (
+    LIMIT_NAMES,
+    apply_limits,
+    die_with_parent,
+    drop_privileges,
+    install_seccomp,
+    join_cgroup,
+    yield_to_the_server,
+)
 
 USAGE = "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--limit=NAME=VALUE ...] -- PROGRAM ARGS..."
 
@@ -42,6 +50,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"cm_launch.py: nothing to run\nusage: {USAGE}")
     if cgroup:
         join_cgroup(cgroup)
+    yield_to_the_server()
     if drop:
         uid, gid = (int(part) for part in drop.split(":"))
         drop_privileges(uid, gid)

@@ -99,6 +99,21 @@ def join_cgroup(directory: str) -> None:
         procs.write(str(os.getpid()))
 
 
+def yield_to_the_server() -> None:
+    """If the kernel must kill for memory, kill a run, not the server (oom_score_adj 1000); and let the
+    server's event loop come first for the CPU (nice 10). Both are inherited and cannot be undone by a
+    run (lowering either needs privileges a run does not have)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="utf-8") as adj:
+            adj.write("1000")
+    except OSError:
+        pass
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+
+
 def drop_privileges(uid: int, gid: int) -> None:
     """Become ``uid``/``gid`` for good: no groups, no capabilities, no way back, no new privileges."""
     os.setgroups([])

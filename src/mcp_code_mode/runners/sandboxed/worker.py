@@ -49,6 +49,7 @@ from cm_os import (
     join_cgroup,
     prctl,
     set_name,
+    yield_to_the_server,
 )
 from cm_protocol import Channel, Output, jsonable
 
@@ -175,6 +176,7 @@ def main() -> None:
     args = _arguments()
     if args.cgroup:
         join_cgroup(args.cgroup)
+    yield_to_the_server()
     if args.drop:
         uid, gid = (int(part) for part in args.drop.split(":"))
         drop_privileges(uid, gid)
