@@ -150,3 +150,12 @@ async def test_pyodide_cannot_fill_the_disk_beyond_its_workspace(engine: CodeMod
     assert refused or limited, result
     after = await engine.execute("import os\nprint(os.listdir('/workspace'))", runner="pyodide", cache="off")
     assert after.output == "[]\n", after
+
+
+async def test_a_run_is_what_the_kernel_kills_first_and_yields_the_cpu_to_the_server(engine: CodeMode) -> None:
+    code = "import os\nprint(open('/proc/self/oom_score_adj').read().strip(), os.nice(0))"
+    result = await engine.execute(code, runner="cpython", cache="off")
+    assert result.output == "1000 10\n", result
+    undo = "import os\ntry:\n    os.nice(-10)\nexcept PermissionError as e:\n    print('refused', e.errno)"
+    result = await engine.execute(undo, runner="cpython", cache="off")
+    assert result.output == "refused 1\n", result  # EPERM: a run cannot take its priority back
