@@ -112,6 +112,8 @@ class BwrapSandbox(Sandbox):
                 f"{self.limits.workspace_mb} MB tmpfs each for the workspace, /tmp and /dev/shm; "
                 "nothing else of the host"
             ),
+            "cpu": "workers run at nice 10 (the server's requests come first); no cgroup CPU weight",
+            "oom": "workers have oom_score_adj 1000: if the kernel must kill for memory, it kills a run",
             "seccomp": (
                 "refused: SysV IPC, POSIX message queues, kernel keyrings, new namespaces, mounts, ptrace, bpf, "
                 "perf_event_open, userfaultfd, io_uring, module loading, other architectures' system calls"

@@ -191,6 +191,8 @@ class Sandbox:
             "user": "the server's own user",
             "filesystem": "the server's view; the local runner confines open() to the workspace",
             "network": "not isolated",
+            "cpu": "workers run at nice 10 (the server's requests come first)",
+            "oom": "workers have oom_score_adj 1000: if the kernel must kill for memory, it kills a run",
             "limits": self.limits.describe(),
         }
 
