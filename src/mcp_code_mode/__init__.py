@@ -18,6 +18,7 @@ from .errors import (
     ConfigError,
     DownstreamError,
     RunnerError,
+    ServerBusy,
     ServerUnavailable,
     UnsupportedError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "RunProgress",
     "RunResult",
     "RunnerError",
+    "ServerBusy",
     "ServerUnavailable",
     "UnsupportedError",
     "__version__",
