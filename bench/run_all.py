@@ -26,7 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, Section, machine_facts, met_text, render_section, section_from_json
 
-SECTIONS = ["bridge", "latency", "orchestration", "context", "cache_search", "concurrency", "memory", "packages"]
+SECTIONS = [
+    "bridge",
+    "latency",
+    "orchestration",
+    "context",
+    "cache_search",
+    "concurrency",
+    "memory",
+    "packages",
+    "load",
+]
 BUDGET_SECONDS = 300
 SECTION_TIMEOUT = 600
 
