@@ -236,6 +236,8 @@ class Settings(BaseModel):
                 continue
             name = key[len(ENV_PREFIX) :].lower()
             if name in known:
+                if value == "" and cls.model_fields[name].default is None:
+                    continue  # empty, as .env.example lists it: the default (derived where it says so)
                 values[name] = value
             elif name not in _NON_SETTINGS:
                 unknown.append(key)
