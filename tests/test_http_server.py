@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 from starlette.applications import Starlette
@@ -309,3 +310,46 @@ def test_a_stateless_server_process_serves_and_stops_on_sigterm_leaving_no_child
         assert "Application shutdown complete." in running.log_text()
     survivors = [pid for pid in children if alive(pid)]
     assert not survivors, f"left behind: {survivors}"
+
+
+SPAN = "import time\nstart = time.time()\ntime.sleep({seconds})\n[start, time.time()]"
+
+
+async def test_each_http_session_gets_its_own_share_of_the_run_slots(config: Path) -> None:
+    """Two real clients over HTTP, each its own MCP session: a greedy one's runs queue behind its share
+    (one slot), a polite one's run starts at once, and its third run finds no room (ServerBusy)."""
+    settings = {
+        "max_concurrent_runs": "2",
+        "max_runs_per_client": "1",
+        "max_queued_runs": "4",
+        "cpython_pool_size": "2",
+    }
+    with http_server(config, config.with_name("fair.log"), auth_token=TOKEN, **settings) as running:
+        spans: dict[str, list[list[float]]] = {"greedy": [], "polite": []}
+        errors: list[str] = []
+
+        async def run(client: Client, name: str, seconds: float) -> None:
+            arguments = {
+                "language": "python",
+                "runner": "cpython",
+                "cache": "off",
+                "code": SPAN.format(seconds=seconds),
+            }
+            answer = (await client.call_tool("execute_code", arguments)).structured_content or {}
+            if answer.get("success"):
+                spans[name].append(answer["returnValue"])
+            else:
+                errors.append(str(answer.get("error")))
+
+        async with http_client(running.url, TOKEN) as greedy, http_client(running.url, TOKEN) as polite:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(3):
+                        tg.start_soon(run, greedy, "greedy", 1.0)
+                        await anyio.sleep(0.05)
+                    await anyio.sleep(0.3)
+                    tg.start_soon(run, polite, "polite", 0.1)
+        greedy_spans = sorted(spans["greedy"])
+        assert len(greedy_spans) == 2 and greedy_spans[1][0] >= greedy_spans[0][1] - 0.05  # one at a time
+        assert len(spans["polite"]) == 1 and spans["polite"][0][0] < greedy_spans[1][0]  # it did not wait
+        assert len(errors) == 1 and "ServerBusy" in errors[0], errors

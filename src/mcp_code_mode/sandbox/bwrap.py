@@ -112,7 +112,14 @@ class BwrapSandbox(Sandbox):
                 f"{self.limits.workspace_mb} MB tmpfs each for the workspace, /tmp and /dev/shm; "
                 "nothing else of the host"
             ),
-            "cpu": "workers run at nice 10 (the server's requests come first); no cgroup CPU weight",
+            "cpu": (
+                "workers run at nice 10 (the server's requests come first)"
+                + (
+                    " in cgroups with cpu.weight 20 and pids.max where those controllers are enabled"
+                    if self.cgroups is not None and self.cgroups.version == 2
+                    else "; no cgroup CPU weight (no cgroup v2 here)"
+                )
+            ),
             "oom": "workers have oom_score_adj 1000: if the kernel must kill for memory, it kills a run",
             "seccomp": (
                 "refused: SysV IPC, POSIX message queues, kernel keyrings, new namespaces, mounts, ptrace, bpf, "

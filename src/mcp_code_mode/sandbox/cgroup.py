@@ -5,7 +5,8 @@ As root, each worker gets a child of the server's own memory cgroup (cgroup v1 `
 the ``memory`` controller), limited to the run's memory plus the zygote's own, bound into the sandbox
 at ``SANDBOX_CGROUP``; the worker moves itself in (``cgroup.procs``) while it is still root, before
 anything else runs, and cannot move out (the files are root's). Where no cgroup can be made, the limit
-is per process only, and ``get_execution_limits`` says so.
+is per process only, and ``get_execution_limits`` says so. On cgroup v2 the worker's cgroup also gets
+``pids.max`` and a ``cpu.weight`` below the server's, where those controllers are enabled.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class MemoryCgroups:
     parent: Path
     version: int
     """1 (``memory.limit_in_bytes``) or 2 (``memory.max``)."""
+    pids: int = 512
+    """``pids.max`` of a worker's cgroup (cgroup v2 with the pids controller)."""
     pending: list[Path] = field(default_factory=list[Path])
     """Cgroups whose last processes were still exiting when their worker was released: removed later."""
 
@@ -104,10 +107,13 @@ class MemoryCgroups:
                         pass
             else:
                 (directory / "memory.max").write_text(limit, encoding="utf-8")
-                try:
-                    (directory / "memory.swap.max").write_text("0", encoding="utf-8")
-                except OSError:
-                    pass
+                # Best effort, where those controllers are enabled too: no swap, a process cap, and a CPU
+                # weight below the server's (100 is the default weight).
+                for name, value in (("memory.swap.max", "0"), ("pids.max", str(self.pids)), ("cpu.weight", "20")):
+                    try:
+                        (directory / name).write_text(value, encoding="utf-8")
+                    except OSError:
+                        pass
         except OSError:
             self.remove(directory)
             raise
