@@ -86,7 +86,7 @@ async def test_a_full_queue_answers_busy_at_once_with_the_load(tmp_path: Path) -
 
 
 async def test_a_greedy_client_cannot_keep_a_polite_one_waiting(tmp_path: Path) -> None:
-    async with engine_with(tmp_path, max_concurrent_runs=2, max_runs_per_client=1, max_queued_runs=10) as cm:
+    async with engine_with(tmp_path, max_concurrent_runs=2, max_runs_per_client=1, max_queued_runs=2) as cm:
         polite_waited: list[float] = []
 
         async def polite() -> None:
@@ -100,7 +100,8 @@ async def test_a_greedy_client_cannot_keep_a_polite_one_waiting(tmp_path: Path) 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(polite)
                 greedy = await run_all(cm, [("greedy", SPAN.format(seconds=1.5))] * 3)
-        # Its share is one slot and one queued run: the third is refused, the other two run one at a time.
+        # Its share is one slot of two and so one of the two queue places: the third is refused, the other
+        # two run one at a time.
         assert sum(isinstance(r, ServerBusy) for r in greedy) == 1
         spans = [r.return_value for r in greedy if isinstance(r, RunResult)]
         assert len(spans) == 2 and most_at_once(spans) == 1

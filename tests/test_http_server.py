@@ -321,7 +321,7 @@ async def test_each_http_session_gets_its_own_share_of_the_run_slots(config: Pat
     settings = {
         "max_concurrent_runs": "2",
         "max_runs_per_client": "1",
-        "max_queued_runs": "4",
+        "max_queued_runs": "2",
         "cpython_pool_size": "2",
     }
     with http_server(config, config.with_name("fair.log"), auth_token=TOKEN, **settings) as running:
@@ -353,3 +353,13 @@ async def test_each_http_session_gets_its_own_share_of_the_run_slots(config: Pat
         assert len(greedy_spans) == 2 and greedy_spans[1][0] >= greedy_spans[0][1] - 0.05  # one at a time
         assert len(spans["polite"]) == 1 and spans["polite"][0][0] < greedy_spans[1][0]  # it did not wait
         assert len(errors) == 1 and "ServerBusy" in errors[0], errors
+
+
+def test_over_http_each_client_gets_half_the_slots_unless_configured() -> None:
+    engine = CodeMode(make_config({}, pool_size=0, cpython_pool_size=0, max_concurrent_runs=6))
+    assert engine.admission.per_client == 6  # one client (stdio): every slot
+    build_http_app(engine, HttpOptions())
+    assert engine.admission.per_client == 3 and engine.admission.queue_share == 12
+    configured = CodeMode(make_config({}, pool_size=0, max_concurrent_runs=6, max_runs_per_client=5))
+    build_http_app(configured, HttpOptions())
+    assert configured.admission.per_client == 5

@@ -3,13 +3,13 @@ much of that one client may take.
 
 Every run that is not a cache replay holds a slot of ``Admission`` while it runs. A run that finds
 no slot waits in a bounded queue; a full queue, or a client that already holds its share of the
-queue, is answered at once with ``ServerBusy`` (retryable, with the current load), never a hang. A
-slot goes to the queued run whose client holds the fewest running slots (oldest first among
-equals), and a client never holds more than ``per_client`` slots, so one looping agent cannot keep
-the others waiting for more than one run of its own. The memory limits of the running runs add up
-to at most ``memory_budget_mb`` (one run always may run alone). A queued run's wait is bounded by
-``queue_timeout`` and ends at once when its caller is cancelled; its own timeout starts only once
-it runs.
+queue (its share of the slots, in proportion), is answered at once with ``ServerBusy`` (retryable,
+with the current load), never a hang. A slot goes to the queued run whose client holds the fewest
+running slots (oldest first among equals), and a client never holds more than ``per_client`` slots,
+so one looping agent cannot keep the others waiting for more than one run of its own. The memory
+limits of the running runs add up to at most ``memory_budget_mb`` (one run always may run alone). A
+queued run's wait is bounded by ``queue_timeout`` and ends at once when its caller is cancelled; its
+own timeout starts only once it runs.
 """
 
 from __future__ import annotations
@@ -86,16 +86,26 @@ class Admission:
         queue_timeout_ms: int = 60_000,
     ) -> Admission:
         """Defaults derived from the host: a memory budget of half its memory, four runs per core within it,
-        a queue four times the slots, and half the slots (at least one) per client."""
+        a queue four times the slots, and every slot for one client (``share_among_clients`` halves that
+        where many clients are served)."""
         budget = memory_budget_mb or default_budget_mb()
         slots = max_running or default_max_running(budget, run_memory_mb)
         return cls(
             max_running=slots,
             max_queued=4 * slots if max_queued is None else max_queued,
-            per_client=per_client or max(1, math.ceil(slots / 2)),
+            per_client=per_client or slots,
             memory_budget_mb=budget,
             queue_timeout=queue_timeout_ms / 1000,
         )
+
+    def share_among_clients(self) -> None:
+        """Serving many clients (HTTP) without a configured share: each gets half the slots (at least one)."""
+        self.per_client = min(self.per_client, max(1, math.ceil(self.max_running / 2)))
+
+    @property
+    def queue_share(self) -> int:
+        """Runs one client may have waiting: its share of the slots, in proportion, of the queue."""
+        return max(1, math.ceil(self.per_client * self.max_queued / self.max_running))
 
     def load(self) -> dict[str, Any]:
         """What is in force and in use right now (``get_execution_limits``)."""
@@ -103,6 +113,7 @@ class Admission:
             "maxConcurrentRuns": self.max_running,
             "maxQueuedRuns": self.max_queued,
             "maxRunsPerClient": self.per_client,
+            "maxQueuedPerClient": self.queue_share,
             "memoryBudgetMB": self.memory_budget_mb,
             "queueTimeoutMs": round(self.queue_timeout * 1000),
             "running": len(self.running),
@@ -135,8 +146,8 @@ class Admission:
         reason = None
         if len(self.queue) > self.max_queued:
             reason = "the queue is full"
-        elif mine > max(self.per_client, 1):
-            reason = f"this client already has {mine - 1} runs waiting (its share: {self.per_client})"
+        elif mine > self.queue_share:
+            reason = f"this client already has {mine - 1} runs waiting (its share: {self.queue_share})"
         if reason is not None:
             self.queue.remove(ticket)
             self.refused += 1

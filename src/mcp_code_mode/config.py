@@ -106,7 +106,8 @@ class Settings(BaseModel):
     queue_timeout_ms: int = Field(default=60_000, ge=1)
     """How long a run may wait in the queue before it gets ``ServerBusy`` (its own timeout starts when it runs)."""
     max_runs_per_client: int | None = Field(default=None, ge=1)
-    """Slots one client (an MCP session) may hold at once, and runs it may have queued. Default: half the slots."""
+    """Slots one client (an MCP session) may hold at once; it may have as large a share of the queue queued.
+    Default: every slot over stdio (one client), half the slots over HTTP."""
     memory_budget_mb: int | None = Field(default=None, ge=64)
     """The sum of running runs' memory limits (``limit_memory_mb`` each) stays within this; a run that would
     pass it waits. Default: half of the host's memory."""
