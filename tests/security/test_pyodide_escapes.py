@@ -317,22 +317,22 @@ for p in list(proxies.values()):
 async def test_a_gc_scan_for_js_proxies_reaches_no_javascript_capability(engine: CodeMode) -> None:
     result = await run(engine, GC_SCAN)
     assert result.success, result.error
-    count, reached = result.return_value
+    _, reached = result.return_value
     assert reached in ([], ["NotCapable"]), reached
     await assert_sealed(engine, GC_SCAN)
 
 
 async def test_new_js_objects_made_by_to_js_lead_to_no_code_and_no_prototype_pollution(engine: CodeMode) -> None:
-    prelude = "import gc\nffi = [m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__ == 'pyodide.ffi'][0]\n"
+    prelude = (
+        "import gc\n"
+        "ffi = [m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__ == 'pyodide.ffi'][0]\n"
+    )
     result = await run(engine, prelude + "ffi.to_js([1]).constructor.constructor('return Deno')()")
     assert result.error is not None and "NotCapable" in result.error.message, result.error
-    pollute = (
-        prelude
-        + "Obj = ffi.to_js({'a': 1}).constructor\n"
-        + f"Obj.prototype.toJSON = lambda *a: {FORGED!r}\n"
-    )
+    pollute = prelude + "Obj = ffi.to_js({'a': 1}).constructor\n" + f"Obj.prototype.toJSON = lambda *a: {FORGED!r}\n"
     await assert_sealed(engine, pollute, "not extensible")
-    await assert_sealed(engine, prelude + "ffi.to_js([1]).constructor.prototype.join = lambda *a: 'forged'", "read only")
+    join = "ffi.to_js([1]).constructor.prototype.join = lambda *a: 'forged'"
+    await assert_sealed(engine, prelude + join, "read only")
 
 
 async def test_frame_walking_into_the_prelude_finds_only_the_narrow_bridge(engine: CodeMode) -> None:
@@ -381,7 +381,8 @@ async def test_stub_globals_and_closures_hold_no_javascript(engine: CodeMode) ->
         "for f in (call_tool, fixture.add, final_answer):\n"
         "    fn = getattr(f, '__func__', f)\n"
         "    seen |= {k for k, v in fn.__globals__.items() if 'Js' in type(v).__name__}\n"
-        "    seen |= {type(c.cell_contents).__name__ for c in (fn.__closure__ or ()) if 'Js' in type(c.cell_contents).__name__}\n"
+        "    cells = [type(c.cell_contents).__name__ for c in (fn.__closure__ or ())]\n"
+        "    seen |= {name for name in cells if 'Js' in name}\n"
         "sorted(seen)\n"
     )
     result = await run(engine, code)
@@ -391,8 +392,7 @@ async def test_stub_globals_and_closures_hold_no_javascript(engine: CodeMode) ->
 
 async def test_rewriting_the_prelude_cannot_forge_the_done_message(engine: CodeMode) -> None:
     code = (
-        "import _codemode\n"
-        f"_codemode._dumps = lambda *a, **k: {FORGED!r}[:-1] + ',\"op\":\"call\"}}\\n' + {FORGED!r}\n"
+        f'import _codemode\n_codemode._dumps = lambda *a, **k: {FORGED!r}[:-1] + \',"op":"call"}}\\n\' + {FORGED!r}\n'
     )
     result = await run(engine, code)
     assert not result.success and result.error is not None and result.error.type == "RunnerError", result

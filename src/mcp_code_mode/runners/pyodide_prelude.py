@@ -53,7 +53,7 @@ _bridge: Any = None  # the worker's one JavaScript function, set by ``serve``
 try:
     from pyodide.ffi import run_sync as _run_sync  # pyright: ignore[reportMissingImports]
 except ImportError:  # pragma: no cover - only imported inside Pyodide
-    _run_sync = None
+    _run_sync: Any = None
 
 _orig_asyncio_run: Any = asyncio.run
 _stubs: dict[str, Any] = {}
