@@ -17,6 +17,15 @@ from ..downstream.pool import ToolPool
 from ..errors import DownstreamError
 from ..stubs.index import StubIndex
 
+_STATES = {
+    "disabled": "disabled in the servers file",
+    "starting": "still starting",
+    "failed": "it failed to start",
+    "crashed": "its process died",
+    "stopped": "it was stopped",
+}
+"""A server state in words, for a down server that left no error message."""
+
 
 def content_to_value(block: types.ContentBlock) -> Any:
     """One content block as a plain value: text (parsed when JSON), or a dict for images, audio, resources."""
@@ -107,8 +116,11 @@ class ToolDispatcher:
         if spec is None:
             known = ", ".join(s.name for s in self.index.servers) or "none"
             return f"unknown server {server!r} (configured: {known})"
+        down = self.index.unavailable_reason(spec)
         entry = self.pool.servers.get(spec.name)
-        if entry is not None and entry.state != "ready" and not spec.tools:
-            return f"server {spec.name!r} is not available: {entry.error or entry.state}"
+        if down is None and entry is not None and entry.state != "ready" and not spec.tools:
+            down = entry.error or _STATES.get(entry.state, entry.state)
+        if down is not None:
+            return f"server {spec.name!r} is not available: {down}"
         names = ", ".join(t.name for t in spec.tools) or "none"
         return f"server {spec.name!r} has no tool {tool!r} (its tools: {names})"

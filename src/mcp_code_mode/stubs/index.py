@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..downstream.pool import ToolInfo
+from ..downstream.pool import DownstreamServer, ToolInfo
 from .names import MEMBER_RESERVED, PARAM_RESERVED, SERVER_RESERVED, assign_identifiers
 
 NO_DEFAULT: Any = object()
@@ -83,12 +83,21 @@ class StubIndex:
     """Every server's namespace and every tool's function, with lookups both ways."""
 
     servers: tuple[ServerSpec, ...]
+    unavailable: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Namespace → why that server is down (failed to start, disabled): its namespace in the sandbox raises
+    that reason on every tool, and a runner's run message can carry it (``"unavailable"``)."""
     _by_namespace: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
     _by_name: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, servers: Sequence[tuple[str, str | None]], tools: Iterable[ToolInfo]) -> StubIndex:
-        """``servers`` is ``(name, description)`` in config order; ``tools`` are the ready servers' tools."""
+    def build(
+        cls,
+        servers: Sequence[tuple[str, str | None]],
+        tools: Iterable[ToolInfo],
+        unavailable: Mapping[str, str] | None = None,
+    ) -> StubIndex:
+        """``servers`` is ``(name, description)`` in config order; ``tools`` are the ready servers' tools;
+        ``unavailable`` maps the name of each server that is down to the reason (its error)."""
         by_server: dict[str, list[ToolInfo]] = {name: [] for name, _ in servers}
         for tool in tools:
             by_server.setdefault(tool.server, []).append(tool)
@@ -102,10 +111,15 @@ class StubIndex:
                 for t in infos
             )
             specs.append(ServerSpec(server, namespaces[server], descriptions.get(server), tool_specs))
-        index = cls(servers=tuple(specs))
+        down = {namespaces[name]: reason for name, reason in (unavailable or {}).items() if name in namespaces}
+        index = cls(servers=tuple(specs), unavailable=down)
         index._by_namespace.update({s.namespace: s for s in specs})
         index._by_name.update({s.name: s for s in specs})
         return index
+
+    def unavailable_reason(self, server: ServerSpec) -> str | None:
+        """Why ``server`` is down, or ``None`` when it was not reported down."""
+        return self.unavailable.get(server.namespace)
 
     def server(self, name_or_namespace: str) -> ServerSpec | None:
         return self._by_name.get(name_or_namespace) or self._by_namespace.get(name_or_namespace)
@@ -121,6 +135,19 @@ class StubIndex:
         return next((t for t in spec.tools if t.name == name), None) or next(
             (t for t in spec.tools if t.func == name), None
         )
+
+
+_DOWN = {"failed": "it failed to start", "disabled": "it is disabled in the servers file"}
+
+
+def down_servers(servers: Mapping[str, DownstreamServer]) -> dict[str, str]:
+    """Server name → why it is down, for each server without tools that failed to start or is disabled:
+    what ``StubIndex.build`` takes as ``unavailable``. A server that crashed keeps its tools (a call restarts it)."""
+    return {
+        name: server.error or _DOWN[server.state]
+        for name, server in servers.items()
+        if server.state in _DOWN and not server.tools
+    }
 
 
 def params_of(tool: ToolInfo) -> list[Param]:

@@ -21,8 +21,10 @@ JS_RESERVED = frozenset(
     Headers Blob FormData WebSocket AbortController Event EventTarget atob btoa structuredClone queueMicrotask
     setTimeout setInterval clearTimeout clearInterval setImmediate addEventListener postMessage""".split()
 )
-# Names the Python stub module uses itself (its imports and the ``_call`` its functions call).
-STUB_MODULE_NAMES = frozenset({"Any", "Literal", "NotRequired", "TypedDict", "annotations", "_call"})
+# Names the Python stub module uses itself (its imports, the ``_call`` its functions call, the down-server helpers).
+STUB_MODULE_NAMES = frozenset(
+    {"Any", "Literal", "NotRequired", "TypedDict", "annotations", "_call", "_Unavailable", "_tool_error"}
+)
 # A server's namespace is a top-level name in Python and JavaScript alike.
 SERVER_RESERVED = (
     frozenset(keyword.kwlist)

@@ -28,6 +28,35 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 '''
 
+UNAVAILABLE_HELPER = '''\
+class _Unavailable(type):
+    """The type of a server's namespace while the server is down: any of its tools raises ToolError saying why."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        server, reason = cls.__dict__["_server"], cls.__dict__["_reason"]
+        raise _tool_error()(f"server {server!r} is not available: {reason}", server, name)
+
+
+def _tool_error() -> Any:
+    """The sandbox's ToolError (so that `except ToolError` catches it), else RuntimeError."""
+    import sys
+
+    for found in (
+        globals().get("ToolError"),
+        getattr(sys.modules.get("cm_protocol"), "ToolError", None),
+        getattr(_call, "__globals__", {}).get("ToolError"),
+    ):
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return RuntimeError
+'''
+"""Defined in the stubs only when a server is down: the namespace object of each such server."""
+
+MAX_REASON_CHARS = 500
+"""A down server's reason is cut to this many characters in its stub."""
+
 _PRIMITIVES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 _MAX_DEPTH = 6
 
@@ -248,12 +277,34 @@ def render_server(server: ServerSpec, tools: Iterable[ToolSpec] | None = None, t
     return "\n\n\n".join([*types, "\n".join(head) + "\n\n" + body])
 
 
+def render_unavailable(server: ServerSpec, reason: str) -> str:
+    """The namespace of a server that is down: a class whose every tool raises ToolError with ``reason``."""
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    doc = _docstring_literal(f"The MCP server {server.name!r} is not available: {reason}", "    ")
+    return "\n".join(
+        [
+            f"class {server.namespace}(metaclass=_Unavailable):",
+            doc,
+            "",
+            f"    _server = {py_string(server.name)}",
+            f"    _reason = {py_string(reason)}",
+        ]
+    )
+
+
 def render_module(index: StubIndex, selection: Mapping[str, Iterable[ToolSpec]] | None = None) -> str:
     """The full stub module, or only ``selection`` (server name → tools) of it."""
     taken: set[str] = {s.namespace for s in index.servers}
     blocks = [HEADER]
-    for server in index.servers:
-        if selection is not None and server.name not in selection:
+    chosen = [s for s in index.servers if selection is None or s.name in selection]
+    down = [(s, reason) for s in chosen if (reason := index.unavailable_reason(s)) is not None]
+    if down:
+        blocks.append(UNAVAILABLE_HELPER)
+    for server, reason in down:
+        blocks.append(render_unavailable(server, reason))
+    for server in chosen:
+        if index.unavailable_reason(server) is not None:
             continue
         tools = None if selection is None else selection[server.name]
         blocks.append(render_server(server, tools, taken))

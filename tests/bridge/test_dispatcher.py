@@ -1,0 +1,76 @@
+"""The dispatcher's answer to a call for a server that is down: not available, and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from mcp_code_mode.bridge.dispatcher import ToolDispatcher
+from mcp_code_mode.config import ServerConfig
+from mcp_code_mode.downstream.pool import DownstreamServer, ToolPool
+from mcp_code_mode.stubs.index import StubIndex, down_servers
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class FakePool:
+    """The two things the dispatcher reads of a pool; no call ever reaches it here."""
+
+    servers: dict[str, DownstreamServer]
+    calls: list[tuple[str, str]] = field(default_factory=list[tuple[str, str]])
+
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+        self.calls.append((server, tool))
+        raise AssertionError("a down server must not be called")
+
+
+def _server(name: str, state: Any, error: str | None = None) -> DownstreamServer:
+    config = ServerConfig(name=name, transport="stdio", command="x")
+    return DownstreamServer(config=config, state=state, error=error)
+
+
+def _dispatcher(*servers: DownstreamServer, unavailable: bool = True) -> tuple[ToolDispatcher, FakePool]:
+    pool = FakePool({s.name: s for s in servers})
+    down = down_servers(pool.servers) if unavailable else None
+    index = StubIndex.build([(s.name, None) for s in servers], [], unavailable=down)
+    return ToolDispatcher(cast(ToolPool, pool), index, max_calls=10), pool
+
+
+async def test_a_call_to_a_server_that_failed_to_start_says_it_is_not_available_and_why() -> None:
+    dispatcher, pool = _dispatcher(_server("ghost", "failed", "cannot start 'ghost': command not found"))
+    answer = await dispatcher.handle("ghost", "x", {})
+    assert answer == {
+        "error": {
+            "message": "server 'ghost' is not available: cannot start 'ghost': command not found",
+            "server": "ghost",
+            "tool": "x",
+        }
+    }
+    assert pool.calls == []
+
+
+async def test_a_down_server_is_found_by_its_namespace_too() -> None:
+    dispatcher, _ = _dispatcher(_server("my-ghost", "failed", "boom"))
+    answer = await dispatcher.handle("my_ghost", "x", {})
+    assert answer["error"]["message"] == "server 'my-ghost' is not available: boom"
+
+
+async def test_a_disabled_server_says_it_is_disabled() -> None:
+    dispatcher, _ = _dispatcher(_server("old", "disabled"))
+    answer = await dispatcher.handle("old", "x", {})
+    assert answer["error"]["message"] == "server 'old' is not available: it is disabled in the servers file"
+
+
+async def test_without_an_unavailable_map_the_pools_state_still_explains() -> None:
+    dispatcher, _ = _dispatcher(_server("ghost", "failed"), unavailable=False)
+    answer = await dispatcher.handle("ghost", "x", {})
+    assert answer["error"]["message"] == "server 'ghost' is not available: it failed to start"
+
+
+async def test_an_unknown_server_lists_the_configured_ones() -> None:
+    dispatcher, _ = _dispatcher(_server("ghost", "failed", "boom"))
+    answer = await dispatcher.handle("nobody", "x", {})
+    assert answer["error"]["message"] == "unknown server 'nobody' (configured: ghost)"
