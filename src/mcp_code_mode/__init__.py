@@ -12,6 +12,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import logging
+import sys
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
 from .engine import CodeMode, ErrorDetail, FileEntry, RunProgress, RunResult
 from .errors import (
     CodeModeError,
@@ -38,3 +45,44 @@ __all__ = [
     "UnsupportedError",
     "__version__",
 ]
+
+
+class _KeepRootLogger(MetaPathFinder):
+    """``wordllama`` (the cache's embedding model) calls ``logging.basicConfig(level=INFO)`` when it is
+    imported, which would turn on INFO logging for the whole process of anyone using this library. Its
+    import, whoever asks for it and whenever, leaves the root logger's handlers and level as they were."""
+
+    NAMES = frozenset({"wordllama"})
+
+    def find_spec(self, fullname: str, path: Any, target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname not in self.NAMES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                loader: Any = spec.loader
+                if loader is not None and hasattr(loader, "exec_module"):
+                    loader.exec_module = _keeping_root_logger(loader.exec_module)  # this module's loader only
+                return spec
+        return None
+
+
+def _keeping_root_logger(exec_module: Any) -> Any:
+    def run(module: ModuleType) -> None:
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            exec_module(module)
+        finally:
+            for handler in [h for h in root.handlers if h not in handlers]:
+                root.removeHandler(handler)
+            root.setLevel(level)
+
+    return run
+
+
+if not any(isinstance(finder, _KeepRootLogger) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _KeepRootLogger())
+logging.getLogger(__name__).addHandler(logging.NullHandler())
