@@ -203,6 +203,8 @@ def mib(kib: float) -> str:
 
 
 async def measure(args: argparse.Namespace, section: Section) -> None:
+    from mcp_code_mode.presentation import execution_limits
+
     if len(args.levels) != len(args.runs):
         raise SystemExit("--levels and --runs need as many values each")
     levels = [Level(n, runs) for n, runs in zip(args.levels, args.runs, strict=True)]
@@ -210,7 +212,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp, quiet_logs():
         cm = engine({}, Path(tmp), pyodide_pool_size=0, cache_embedder="none")
         async with cm:
-            limits = cm.execution_limits()["admission"]
+            limits = execution_limits(cm)["admission"]
             idle_pss = await anyio.to_thread.run_sync(tree_pss_kib)
             for level in levels:
                 await wait_warm(cm, "cpython")
@@ -219,7 +221,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                 await run_level(cm, level)
             with anyio.fail_after(30):
                 final = await cm.execute("print(1)", runner="cpython", cache="off", client="final")
-                after = cm.execution_limits()["admission"]
+                after = execution_limits(cm)["admission"]
             alive = {"output": final.output, "success": final.success, "load": after}
     settings = section.table(
         "Admission settings in force (the defaults, derived from this host: "

@@ -14,6 +14,7 @@ import pytest
 
 from mcp_code_mode.engine import CodeMode, RunProgress, RunResult
 from mcp_code_mode.errors import ServerBusy
+from mcp_code_mode.presentation import execution_limits
 
 from .conftest import make_config
 
@@ -61,7 +62,7 @@ async def test_the_cap_on_concurrent_runs_holds(tmp_path: Path) -> None:
         spans = [r.return_value for r in results if isinstance(r, RunResult)]
         assert len(spans) == 5 and all(isinstance(r, RunResult) and r.success for r in results)
         assert most_at_once(spans) == 2
-        assert cm.execution_limits()["admission"]["maxConcurrentRuns"] == 2
+        assert execution_limits(cm)["admission"]["maxConcurrentRuns"] == 2
 
 
 async def test_a_full_queue_answers_busy_at_once_with_the_load(tmp_path: Path) -> None:
@@ -115,7 +116,7 @@ async def test_the_memory_budget_defers_a_run_that_would_pass_it(tmp_path: Path)
             results = await run_all(cm, [("a", SPAN.format(seconds=0.5))] * 2)
         spans = [r.return_value for r in results if isinstance(r, RunResult)]
         assert len(spans) == 2 and most_at_once(spans) == 1  # 2 x 256 MB > 384 MB: one waits
-        assert cm.execution_limits()["admission"]["memoryBudgetMB"] == 384
+        assert execution_limits(cm)["admission"]["memoryBudgetMB"] == 384
 
 
 async def test_a_run_that_waits_too_long_in_the_queue_is_told_so(tmp_path: Path) -> None:

@@ -119,8 +119,12 @@ class Settings(BaseModel):
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None
     """Where per-run workspace directories are made. Default: the system's temporary directory."""
-    python_runner: Literal["local", "cpython", "pyodide"] = "local"
-    """Runner used for Python when ``execute_code`` names none."""
+    python_runner: str | None = None
+    """Runner used for Python when ``execute_code`` names none (a name from the runner registry; default: the
+    runner that declares itself Python's default). An unknown name stops start-up with the valid ones."""
+    max_warm_environments: int = Field(default=4, ge=1)
+    """Package environments per runner that keep a warm worker; the least recently used one's workers are
+    stopped when another is needed (its files stay installed)."""
     cpython_pool_size: int = Field(default=1, ge=0)
     """Warm workers kept for the cpython runner."""
     allow_network: bool = True

@@ -270,7 +270,7 @@ def describe(options: HttpOptions, settings: Settings) -> str:
 
 def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
     """The MCP server with bearer auth when a token is set, plus ``/healthz``."""
-    token = auth_token(engine.config.settings)
+    token = auth_token(engine.settings)
     if token is None:
         server = build_server(engine)
     else:
@@ -291,7 +291,7 @@ def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
 
 def build_http_app(engine: CodeMode, options: HttpOptions) -> Starlette:
     """The ASGI app (its lifespan starts and stops the engine)."""
-    settings = engine.config.settings
+    settings = engine.settings
     check_bind(options, settings)
     policy = peer_policy(options, settings)
     if settings.max_runs_per_client is None:
@@ -315,7 +315,7 @@ async def serve_http(engine: CodeMode, options: HttpOptions) -> None:
     import uvicorn
 
     app = build_http_app(engine, options)
-    settings = engine.config.settings
+    settings = engine.settings
     print(describe(options, settings), file=sys.stderr, flush=True)
     if options.host.strip("[]") in ("0.0.0.0", "::") and not settings.http_allowed_hosts:
         print(

@@ -26,9 +26,9 @@ from pydantic import Field
 
 from . import __version__
 from .cache import CACHE_MODES
-from .discovery import first_sentence
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
+from .presentation import describe_runners, describe_servers, execution_limits, runner_choices, supported_languages
 
 logger = logging.getLogger(__name__)
 
@@ -54,35 +54,11 @@ Successful scripts are cached: an identical script answers at once (cached: true
 side effects (no tool calls, no files written, no network access; cache="reuse" replays any stored
 run, cache="refresh" runs again); search_cached_scripts finds proven ones.
 
-Python runs in smolagents' restricted interpreter by default (no os, sys or subprocess; safe stdlib
-modules such as json, re, math, datetime, collections, csv are importable); runner="cpython" runs
-full Python; runner="pyodide" runs full CPython in WebAssembly (in async code, await the tools).
-JavaScript and TypeScript run under Deno (an ES module, top-level await works): call
-tools as `await server.tool({ arg: value })`; a failing tool throws ToolError; `export default value`
-returns value; `require('fs')` and allowed npm packages (`require('axios')`) work; type errors do not
+Python: call tools as `server.tool(arg=value)`. JavaScript and TypeScript run as an ES module (top-level
+await works): call tools as `await server.tool({ arg: value })`; a failing tool throws ToolError;
+`export default value` returns value; allowed npm packages (`require('axios')`) work; type errors do not
 stop a run. Every script is sandboxed: it sees only its workspace, and the network only when
 allowNetworking is true. get_execution_limits tells what is in force."""
-
-
-SERVER_EXAMPLES = 4
-"""Tool names shown per server in ``execute_code``'s description; the rest are found with search_tools."""
-
-
-def describe_servers(engine: CodeMode) -> str:
-    """One line per server: namespace, summary, tool count and a few tool names. Small whatever the tool count."""
-    lines: list[str] = []
-    for spec in engine.index.servers:
-        status = engine.pool.servers[spec.name]
-        head = f"- {spec.namespace}"
-        if spec.description:
-            head += f": {first_sentence(spec.description, 100)}"
-        if status.state != "ready":
-            lines.append(f"{head} (not available: {first_sentence(status.error or status.state, 120)})")
-            continue
-        names = ", ".join(t.func for t in spec.tools[:SERVER_EXAMPLES])
-        more = ", …" if len(spec.tools) > SERVER_EXAMPLES else ""
-        lines.append(f"{head} ({len(spec.tools)} tools: {names}{more})")
-    return "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
 
 
 def result_text(result: RunResult) -> str:
@@ -129,9 +105,10 @@ def to_call_result(result: RunResult) -> CallToolResult:
     )
 
 
-def refused(error: CodeModeError, language: str) -> CallToolResult:
+def refused(error: CodeModeError, language: str, runner: str) -> CallToolResult:
+    """A request that could not run at all, reported with the language and runner it asked for."""
     detail = ErrorDetail(type=type(error).__name__, message=str(error))
-    result = RunResult(success=False, error=detail, language=language)
+    result = RunResult(success=False, error=detail, language=language, runner=runner)
     return to_call_result(result)
 
 
@@ -248,14 +225,34 @@ class CodeModeServer(MCPServer[Any]):
         minimum = self._log_levels.get(_connection_of(ctx), LOG_LEVELS[0])
         return LOG_LEVELS.index(level) >= LOG_LEVELS.index(minimum)
 
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None) -> Any:
+        """Refuse arguments a tool does not have (a typo would otherwise be ignored, and the call answer
+        something else than was asked), naming the valid ones."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
+            valid = sorted((tool.parameters.get("properties") or {}).keys())
+            unknown = sorted(set(arguments) - set(valid))
+            if unknown:
+                names = ", ".join(repr(u) for u in unknown)
+                raise ToolError(
+                    f"{name} has no argument{'s' if len(unknown) > 1 else ''} {names} (valid: {', '.join(valid)})"
+                )
+        return await super().call_tool(name, arguments, context)
+
     async def list_tools(self) -> list[types.Tool]:
         tools = await super().list_tools()
-        description = EXECUTE_CODE_HEAD + "\n\n" + describe_servers(self.engine)
+        description = (
+            EXECUTE_CODE_HEAD + "\n\n" + describe_runners(self.engine) + "\n\n" + describe_servers(self.engine)
+        )
         out: list[types.Tool] = []
         for tool in tools:
             update: dict[str, Any] = {"input_schema": compact_schema(tool.input_schema, inputs=True)}
             if tool.name == "execute_code":
                 update["description"] = description
+                schema = update["input_schema"]
+                runner_schema = (schema.get("properties") or {}).get("runner")
+                if isinstance(runner_schema, dict):
+                    runner_schema["description"] = runner_choices(self.engine)
             if tool.output_schema is not None:
                 # a free-form dict result says nothing a model can use; a real schema is kept, compacted
                 free_form = (
@@ -313,7 +310,7 @@ def build_server(
         version=__version__,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
-        log_level=engine.config.settings.log_level,
+        log_level=engine.settings.log_level,
         token_verifier=token_verifier,
         auth=auth,
     )
@@ -330,15 +327,15 @@ def build_server(
                 description='Whitelisted packages (see list_allowed_packages): ["requests", "numpy>=1.26"], ["axios"].'
             ),
         ] = None,
-        timeout: Annotated[int, Field(description="Timeout in milliseconds (max 300000).")] = 30000,
+        timeout: Annotated[
+            int | None,
+            Field(description="Timeout in milliseconds (default and maximum: see get_execution_limits)."),
+        ] = None,
         allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
         runner: Annotated[
             str | None,
-            Field(
-                description="Runner: local (Python, restricted interpreter, default), cpython (full Python), "
-                "pyodide (CPython in WebAssembly), deno (JavaScript/TypeScript, default)."
-            ),
+            Field(description="Runner (default: the language's; the list is in this tool's description)."),
         ] = None,
         cache: Annotated[
             str,
@@ -350,7 +347,7 @@ def build_server(
         ] = "auto",
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
-        hold = engine.config.settings.stream_output_after_ms / 1000
+        hold = engine.settings.stream_output_after_ms / 1000
         reporter = RunReporter(ctx, server, hold) if ctx is not None else None
         async with reporter.running() if reporter else nullcontext():
             try:
@@ -368,19 +365,19 @@ def build_server(
                     client=client_of(ctx),
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
-                return refused(exc, language)
+                return refused(exc, language, engine.runner_for(language, runner))
         return to_call_result(result)
 
     @server.tool(name="get_execution_limits")
     def get_execution_limits() -> dict[str, Any]:
         """Timeouts, output cap, tool-call cap, network policy, the isolation in force on this host, runners and
         the state of each connected server, as they are right now."""
-        return engine.execution_limits()
+        return execution_limits(engine)
 
     @server.tool(name="list_supported_languages")
     def list_supported_languages() -> list[dict[str, Any]]:
         """Languages execute_code accepts, with their runners, each runner's isolation and the package manager."""
-        return engine.supported_languages()
+        return supported_languages(engine)
 
     @server.tool(name="list_allowed_packages")
     def list_allowed_packages(
@@ -401,7 +398,7 @@ def build_server(
     ) -> str:
         """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
         with tool_errors():
-            return engine.stubs(language.lower(), [server] if server else None, names)
+            return engine.stubs(language, [server] if server else None, names)
 
     register_discovery_tools(server, engine)
     return server
@@ -460,9 +457,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
     ) -> Json:
         """Find downstream tools by what they do, best first."""
         with tool_errors():
-            return engine.tool_search.search(
-                engine.index, engine.pool.version, query, server=server, detail=detail, limit=limit
-            )
+            return engine.search_tools(query, server=server, detail=detail, limit=limit)
 
     @server.tool(name="validate_code")
     async def validate_code(
@@ -485,7 +480,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
     ) -> Json:
         """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
         with tool_errors():
-            results = await anyio.to_thread.run_sync(engine.scripts.search, query, language, limit)
+            results = await engine.search_scripts(query, language, limit)
         return {"query": query, "scripts": [r.to_json() for r in results]}
 
     @server.tool(name="list_cached_scripts")
@@ -495,14 +490,14 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
     ) -> Json:
         """Cached scripts, most recently used first."""
         with tool_errors():
-            scripts = await anyio.to_thread.run_sync(engine.scripts.list, language, limit)
+            scripts = await engine.list_scripts(language, limit)
         return {"scripts": [s.summary() for s in scripts]}
 
     @server.tool(name="get_cached_script")
     async def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
         """A cached script: code, result, tools, packages and stats."""
         with tool_errors():
-            script = await anyio.to_thread.run_sync(engine.scripts.get, hash)
+            script = await engine.get_script(hash)
         if script is None:
             raise ToolError(f"no cached script with hash {hash!r} (or the prefix is ambiguous)")
         return script.to_json()

@@ -14,20 +14,20 @@ from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
 from .host import HostRun, RunChannel, serve_run
 from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
-from .outcome import ErrorInfo, FileInfo, RunOutcome
+from .outcome import ErrorDetail, FileEntry, RunResult
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_MESSAGE_BYTES",
     "Call",
     "Done",
-    "ErrorInfo",
-    "FileInfo",
+    "ErrorDetail",
+    "FileEntry",
     "HostRun",
     "LineChannel",
     "Output",
     "RunChannel",
-    "RunOutcome",
+    "RunResult",
     "ToolCallRecord",
     "ToolDispatcher",
     "content_to_value",

@@ -8,6 +8,7 @@ ends the run with a ``ProtocolError`` outcome. The loop never raises for what th
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import anyio
 
 from ..errors import ProtocolError
 from .messages import Call, Output, parse_run_message
-from .outcome import ErrorInfo, RunOutcome
+from .outcome import ErrorDetail, RunResult
 
 
 class RunChannel(Protocol):
@@ -44,7 +45,7 @@ class HostRun:
     ended: Ended
     """``done``: the run said so; ``closed``: its channel closed first; ``timeout``; ``refused``: it sent
     something that is not a valid message (the outcome says what)."""
-    outcome: RunOutcome
+    outcome: RunResult
 
 
 async def serve_run(
@@ -60,15 +61,15 @@ async def serve_run(
     kept = 0
     started = time.perf_counter()
     ended: Ended = "timeout"
-    outcome = RunOutcome(
-        success=False, error=ErrorInfo("TimeoutError", f"the run did not finish within {timeout * 1000:.0f} ms")
+    outcome = RunResult(
+        success=False, error=ErrorDetail("TimeoutError", f"the run did not finish within {timeout * 1000:.0f} ms")
     )
     with anyio.move_on_after(timeout):
         try:
             while True:
                 raw = await channel.receive()
                 if raw is None:
-                    ended, outcome = "closed", RunOutcome(success=False)
+                    ended, outcome = "closed", RunResult(success=False)
                     break
                 message = parse_run_message(raw)
                 if isinstance(message, Output):
@@ -82,11 +83,11 @@ async def serve_run(
                     try:
                         await channel.send({"op": "result", "id": message.id, **reply})
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        ended, outcome = "closed", RunOutcome(success=False)
+                        ended, outcome = "closed", RunResult(success=False)
                         break
                 else:
                     ended = "done"
-                    outcome = RunOutcome(
+                    outcome = RunResult(
                         success=message.success,
                         return_value=message.return_value,
                         error=message.error,
@@ -95,8 +96,25 @@ async def serve_run(
                     )
                     break
         except ProtocolError as exc:
-            ended, outcome = "refused", RunOutcome(success=False, error=ErrorInfo("ProtocolError", str(exc)))
+            ended, outcome = "refused", RunResult(success=False, error=ErrorDetail("ProtocolError", str(exc)))
     outcome.output = "".join(output)
     outcome.truncated = outcome.truncated or kept >= max_output
-    outcome.duration = time.perf_counter() - started
+    outcome.return_value, cut = cap_value(outcome.return_value, max_output)
+    outcome.truncated = outcome.truncated or cut
+    outcome.execution_time = round((time.perf_counter() - started) * 1000)
     return HostRun(ended, outcome)
+
+
+def cap_value(value: Any, cap: int) -> tuple[Any, bool]:
+    """A run's return value within ``cap`` characters of JSON, and whether it had to be cut.
+
+    Every runner's sandbox cuts its own value the same way; the host does it again, because what a run
+    sends is not believed: a larger value becomes the first ``cap`` characters of its JSON text."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value, False
+    if isinstance(value, str) and len(value) <= cap // 6:
+        return value, False  # even fully escaped, its JSON fits
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    if len(text) <= cap:
+        return value, False
+    return text[:cap], True

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProtocolError
-from .outcome import ErrorInfo, FileInfo
+from .outcome import ErrorDetail, FileEntry
 
 MAX_DEPTH = 100
 """Deepest nesting of a value (tool arguments, a return value) the host accepts from a run."""
@@ -58,8 +58,8 @@ class Output:
 class Done:
     success: bool
     return_value: Any = None
-    error: ErrorInfo | None = None
-    files: list[FileInfo] = field(default_factory=list[FileInfo])
+    error: ErrorDetail | None = None
+    files: list[FileEntry] = field(default_factory=list[FileEntry])
     dropped: int = 0
 
 
@@ -94,14 +94,14 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _error(value: Any) -> ErrorInfo | None:
+def _error(value: Any) -> ErrorDetail | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ProtocolError("the run sent a 'done' whose 'error' is not an object")
     wrapped = {"op": "done", **value}
     line = value.get("line")
-    return ErrorInfo(
+    return ErrorDetail(
         type=_text(wrapped, "type", optional=True) or "Error",
         message=_text(wrapped, "message", limit=1 << 20, optional=True) or "",
         line=line if _count(line) is not None else None,
@@ -109,19 +109,19 @@ def _error(value: Any) -> ErrorInfo | None:
     )
 
 
-def _files(value: Any) -> list[FileInfo]:
+def _files(value: Any) -> list[FileEntry]:
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > MAX_FILES:
         raise ProtocolError(f"the run sent a 'done' whose 'files' is not a list of at most {MAX_FILES}")
-    files: list[FileInfo] = []
+    files: list[FileEntry] = []
     for entry in value:
         if not isinstance(entry, dict):
             raise ProtocolError("the run sent a 'done' with a file entry that is not an object")
         path, size = entry.get("path"), _count(entry.get("size"))
         if not isinstance(path, str) or size is None or not _relative(path):
             raise ProtocolError(f"the run sent a 'done' with an invalid file entry: {str(entry)[:200]}")
-        files.append(FileInfo(path, size))
+        files.append(FileEntry(path, size))
     return files
 
 

@@ -1,35 +1,78 @@
-"""What a run ends with, as the host understood it (never as the sandbox claimed it beyond its own run)."""
+"""The one result type of a run, from the host loop that hears it to the MCP tool that answers with it.
+
+``serve_run`` fills what the host understood of the run (never what the sandbox claimed beyond its own
+run): ``success``, ``output``, ``return_value``, ``error``, ``files``, ``truncated``, ``execution_time``.
+The engine adds what it knows around the run (``language``, ``runner``, ``hash``, ``tool_calls``,
+``install_time``, ``cached``), and the server sends it as the tool's structured content. Fields are
+snake_case in Python and camelCase on the wire.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
 
 @dataclass
-class ErrorInfo:
+class ErrorDetail:
+    """Why a run failed."""
+
     type: str
+    """Exception type, e.g. ``ZeroDivisionError``, ``ToolError``, ``TimeoutError``."""
     message: str
     line: int | None = None
+    """Line in the submitted code, when known."""
     traceback: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "message": self.message, "line": self.line, "traceback": self.traceback}
 
 
 @dataclass
-class FileInfo:
+class FileEntry:
+    """A file the script left in its workspace."""
+
     path: str
+    """Relative to the run's workspace."""
     size: int
 
 
-@dataclass
-class RunOutcome:
+class RunResult(BaseModel):
+    """The outcome of one ``execute_code`` call (also its MCP output schema)."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
     success: bool
     output: str = ""
+    """Printed output, capped; see ``truncated``."""
+    error: ErrorDetail | None = None
+    return_value: Any = Field(
+        default=None, validation_alias=AliasChoices("returnValue", "return_value"), serialization_alias="returnValue"
+    )
+    """The last expression's value or ``final_answer(x)``; JSON where possible, else its repr; cut to the
+    output cap (as JSON text) when larger, with ``truncated`` set."""
+    execution_time: int = Field(
+        default=0, validation_alias=AliasChoices("executionTime", "execution_time"), serialization_alias="executionTime"
+    )
+    """Milliseconds the run took (the script, its tool calls and its worker), not counting installs."""
+    install_time: int = Field(
+        default=0, validation_alias=AliasChoices("installTime", "install_time"), serialization_alias="installTime"
+    )
+    """Milliseconds spent installing (or waiting for) the run's packages; 0 when they were cached."""
+    language: str = "python"
+    runner: str = ""
+    cached: bool = False
+    hash: str = ""
+    tool_calls: int = Field(
+        default=0, validation_alias=AliasChoices("toolCalls", "tool_calls"), serialization_alias="toolCalls"
+    )
     truncated: bool = False
-    return_value: Any = None
-    error: ErrorInfo | None = None
-    files: list[FileInfo] = field(default_factory=list)
-    duration: float = 0.0
-    """Seconds from sending the code to the end of the run."""
+    files: list[FileEntry] = Field(default_factory=list[FileEntry])
+    """Files the script left in its workspace (the workspace is deleted after the run)."""
+
+
+def failed(type_: str, message: str, line: int | None = None) -> RunResult:
+    """A result that says why a run failed."""
+    return RunResult(success=False, error=ErrorDetail(type_, message, line))
+
+
+__all__ = ["ErrorDetail", "FileEntry", "RunResult", "failed"]

@@ -119,9 +119,9 @@ def _distribution(name: str) -> str:
 
 
 def _reported_versions(runner: object) -> dict[str, str]:
-    """Versions a runner already knows (today only Pyodide's ``setup.versions()``), else none."""
-    versions: Callable[[], dict[str, str]] | None = getattr(getattr(runner, "setup", None), "versions", None)
-    if versions is None:
+    """The versions a runner reports of what runs a script (``Runner.identity()``), else none."""
+    versions: Callable[[], dict[str, str]] | None = getattr(runner, "identity", None)
+    if not callable(versions):
         return {}
     with contextlib.suppress(OSError, ValueError, TypeError):
         return {str(k): str(v) for k, v in versions().items()}
@@ -132,7 +132,8 @@ def _reported_versions(runner: object) -> dict[str, str]:
 def runner_identity(runner: object) -> str:
     """What changes when the program that runs a script changes (computed once per runner).
 
-    A runner that has an ``identity`` string says it itself. Otherwise it is derived from what is
+    A runner whose ``identity`` is a string says it itself (a built runner's ``identity()`` adds
+    versions). Otherwise it is derived from what is
     there: this package's version, the host Python's, the versions of the distributions workers
     use, what the runner reports, and a digest of every worker source in the runner's package
     (the sources of all runners: editing one worker ends the exact hits of every runner, which

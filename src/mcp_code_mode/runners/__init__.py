@@ -1,18 +1,23 @@
-"""Runners: one module per runner behind the ``Runner`` protocol (``base.py``).
+"""Runners: one module per runner, each a plug-in (``base.RunnerPlugin``) found by ``registry``.
 
-``build_runners`` is the one place that decides which runners a server has.
+Everything the rest of the code asks about a runner (languages, isolation, packages, imports,
+validation, settings, description) it asks the plug-in's ``RunnerInfo`` or the built ``Runner``.
 """
 
 from __future__ import annotations
 
-from ..config import Settings
-from ..packages import Whitelist
-from ..sandbox import Profile, Sandbox
-from .base import Runner
-from .cpython import CPythonRunner
-from .deno import DenoRunner, default_deno_dir
-from .local import LocalRunner
-from .pyodide import PyodideRunner
+from .base import (
+    CheckRequest,
+    Diagnosis,
+    OutputCallback,
+    Runner,
+    RunnerContext,
+    RunnerInfo,
+    RunnerPlugin,
+    RunRequest,
+    StubBundle,
+)
+from .registry import build_runners, default_runners, plugins
 
 # The languages a script may name, with their aliases.
 LANGUAGE_ALIASES: dict[str, str] = {
@@ -25,27 +30,18 @@ LANGUAGE_ALIASES: dict[str, str] = {
     "ts": "typescript",
 }
 
-
-def build_runners(settings: Settings, sandbox: Sandbox, whitelist: Whitelist) -> dict[str, Runner]:
-    """Every runner this build offers, by name (not yet started)."""
-    profile = Profile(network=settings.allow_network)
-    runners: list[Runner] = [
-        LocalRunner(sandbox=sandbox, pool_size=settings.pool_size, default_profile=profile),
-        CPythonRunner(sandbox=sandbox, pool_size=settings.cpython_pool_size, default_profile=profile),
-        DenoRunner(
-            sandbox=sandbox,
-            pool_size=settings.pool_size,
-            deno_dir=default_deno_dir(settings),
-            whitelist=whitelist,
-        ),
-        PyodideRunner(settings, sandbox, whitelist),
-    ]
-    return {runner.name: runner for runner in runners}
-
-
-def default_runner(settings: Settings, language: str) -> str:
-    """The runner used for ``language`` when a request names none."""
-    return {"python": settings.python_runner, "javascript": "deno", "typescript": "deno"}.get(language, "")
-
-
-__all__ = ["LANGUAGE_ALIASES", "Runner", "build_runners", "default_runner"]
+__all__ = [
+    "LANGUAGE_ALIASES",
+    "CheckRequest",
+    "Diagnosis",
+    "OutputCallback",
+    "RunRequest",
+    "Runner",
+    "RunnerContext",
+    "RunnerInfo",
+    "RunnerPlugin",
+    "StubBundle",
+    "build_runners",
+    "default_runners",
+    "plugins",
+]

@@ -440,5 +440,10 @@ class WorkerPool:
         return len(self._ready)
 
     @property
+    def busy(self) -> int:
+        """Workers out on a run now."""
+        return self._busy
+
+    @property
     def idle_workers(self) -> list[Worker]:
         return list(self._ready)

@@ -1,12 +1,30 @@
-"""What every runner takes and gives back, and the small protocol it implements."""
+"""The plug-in contract of a runner: what it declares, what it takes and gives back.
+
+A runner module defines ``PLUGIN = RunnerPlugin(info, build, diagnose)``; ``runners/registry.py`` finds it.
+Nothing outside ``runners/`` names a runner: the engine, the server, ``validate_code`` and ``doctor``
+ask the plug-in (``RunnerInfo``) and the built runner (``Runner``) everything they need.
+
+Isolation, one vocabulary (what ``get_execution_limits`` and ``list_supported_languages`` report):
+``process`` (a worker process with rlimits, no namespaces on this host) or ``namespaces`` (bubblewrap:
+its own mount, PID, IPC, UTS and network namespaces and an unprivileged uid), joined with ``+`` by what the
+runner adds inside it: ``+interpreter`` (an AST interpreter with an import allow-list),
+``+deno-permissions`` (Deno's permission flags), ``+wasm`` (WebAssembly memory).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..bridge import ErrorInfo, FileInfo, RunOutcome, ToolDispatcher
+from ..bridge import ErrorDetail, FileEntry, RunResult, ToolDispatcher
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..packages import Whitelist
+    from ..sandbox import Sandbox
+    from ..stubs import StubIndex
 
 OutputCallback = Callable[[str], Awaitable[None]]
 """Receives printed output while a run goes on (see ``RunRequest.on_output``)."""
@@ -21,6 +39,8 @@ class StubBundle:
     namespaces: tuple[str, ...]
     functions: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
     """Namespace → function names, for runners that define the stubs from names (``deno``)."""
+    unavailable: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Namespace → why its server is down: calling any of its tools says so."""
 
 
 @dataclass(frozen=True)
@@ -42,24 +62,113 @@ class RunRequest:
     """Called with each chunk of printed output as soon as the runner receives it (a worker sends
     about every 50 ms while a script prints), in order, and awaited before the runner reads on.
     Only what is kept (within ``max_output``) is passed. A runner that can only collect output at
-    the end calls it once with everything. ``RunOutcome.output`` still holds the whole output."""
+    the end calls it once with everything. ``RunResult.output`` still holds the whole output."""
     packages: tuple[str, ...] = ()
     """Packages the request asked for (``packages`` of ``execute_code``); runners that take none get ()."""
 
 
-class Runner(Protocol):
-    """Executes code in a child process (or WebAssembly) that it can kill."""
+PackageKind = Literal["none", "environment", "self"]
+"""How a runner gets a run's packages: ``none`` (it takes none), ``environment`` (the engine installs a Python
+environment with uv and the sandbox mounts it), ``self`` (the runner installs them: Deno's npm cache,
+Pyodide's wheels)."""
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """What a runner declares about itself, before it is built."""
 
     name: str
     languages: tuple[str, ...]
     """Canonical languages it runs (``python``, ``javascript``, ``typescript``)."""
     stub_language: str
-    """The key of ``stubs.RENDERERS`` whose module this runner loads."""
+    """The key of ``stubs.RENDERERS`` whose module its scripts see."""
+    summary: str
+    """A few words for the tool surface (``execute_code``'s ``runner`` parameter, ``list_supported_languages``)."""
+    packages: PackageKind = "none"
+    package_manager: str | None = None
+    """How its packages are installed, in words (``list_supported_languages``)."""
+    default_for: tuple[str, ...] = ()
+    """Languages it runs when a request names no runner (``CODE_MODE_PYTHON_RUNNER`` overrides for Python)."""
+    order: int = 100
+    """Where it is listed (lower first)."""
+    keeps_off_network: bool = False
+    """The runner itself leaves a script no way to the network (no sockets reachable), so a run without network
+    holds even where the sandbox has no network namespace."""
+    settings: tuple[str, ...] = ()
+    """The ``Settings`` fields it reads (shown in ``get_execution_limits``)."""
+    awaitable_stubs: str = ""
+    """When a stub call must be awaited, in one sentence (empty: never)."""
+
+
+@dataclass(frozen=True)
+class RunnerContext:
+    """What a plug-in's ``build`` gets: the server's settings, its sandbox and its package allow-list."""
+
+    settings: Settings
+    sandbox: Sandbox
+    whitelist: Whitelist
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One line of ``mcp-code-mode doctor`` about what a runner needs on this host."""
+
+    status: Literal["ok", "warn", "FAIL", "info"]
+    topic: str
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What ``validate_code`` asks a runner to check (nothing runs, no tool is called)."""
+
+    code: str
+    language: str
+    index: StubIndex
+    declarations: str
+    """The stub module of the runner's stub language, as the run would see it."""
+    requirements: tuple[str, ...]
+    """Validated packages the script will ask for."""
+    package_imports: tuple[str, ...]
+    """Modules those packages provide."""
+    max_bytes: int
+
+
+class Runner(Protocol):
+    """A built runner: it executes code in a child process (or WebAssembly inside one) that it can kill."""
+
+    info: RunnerInfo
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def languages(self) -> tuple[str, ...]: ...
+
+    @property
+    def stub_language(self) -> str: ...
 
     @property
     def isolation(self) -> str:
-        """What stands between a script and the host: ``process`` or ``namespaces``, joined with ``+`` by what a
-        runner adds inside it (``namespaces+deno-permissions``, ``namespaces+wasm``)."""
+        """What stands between a script and the host on this host right now (see the module's vocabulary)."""
+        ...
+
+    def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The modules a script may import given its packages' modules, or None when the runner allows any
+        import (the sandbox alone decides what an import can reach)."""
+        ...
+
+    async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
+        """``validate_code`` findings (``line``, ``column``, ``kind``, ``message``)."""
+        ...
+
+    def identity(self) -> dict[str, str]:
+        """Versions of what runs a script (besides its worker sources), for the script cache's keys."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Its state for ``get_execution_limits``: pools, warm environments and their cap, problems."""
         ...
 
     async def start(self) -> None:
@@ -79,7 +188,32 @@ class Runner(Protocol):
         """The current stubs, so that warm workers can load them before they are needed."""
         ...
 
-    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome: ...
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult: ...
 
 
-__all__ = ["ErrorInfo", "FileInfo", "OutputCallback", "RunOutcome", "RunRequest", "Runner", "StubBundle"]
+@dataclass(frozen=True)
+class RunnerPlugin:
+    """A runner as the registry knows it: its declaration, how to build it, and what ``doctor`` checks."""
+
+    info: RunnerInfo
+    build: Callable[[RunnerContext], Runner]
+    diagnose: Callable[[Settings], list[Diagnosis]] | None = None
+    sources: tuple[Path, ...] = ()
+    """Files of its sandbox-side program (besides the runner's own package), for the cache keys."""
+
+
+__all__ = [
+    "CheckRequest",
+    "Diagnosis",
+    "ErrorDetail",
+    "FileEntry",
+    "OutputCallback",
+    "PackageKind",
+    "RunRequest",
+    "RunResult",
+    "Runner",
+    "RunnerContext",
+    "RunnerInfo",
+    "RunnerPlugin",
+    "StubBundle",
+]

@@ -7,17 +7,35 @@ decided by the sandbox alone (see SECURITY.md), so it needs namespaces to be saf
 
 from __future__ import annotations
 
-from ..sandbox import Profile, Sandbox
-from .process import ProcessRunner, python_launcher
+from ..sandbox import Profile
+from ._zygote import ZygoteRunner
+from .base import RunnerContext, RunnerInfo, RunnerPlugin
 
 PRELOAD: tuple[str, ...] = ("json", "re", "datetime", "collections", "asyncio", "inspect", "traceback")
 
+INFO = RunnerInfo(
+    name="cpython",
+    languages=("python",),
+    stub_language="python",
+    summary="full CPython (any import; the sandbox alone decides what it reaches)",
+    packages="environment",
+    package_manager="uv (whitelisted PyPI wheels)",
+    order=20,
+    settings=("cpython_pool_size", "limit_memory_mb", "max_warm_environments"),
+)
 
-class CPythonRunner(ProcessRunner):
-    name = "cpython"
-    languages: tuple[str, ...] = ("python",)
-    stub_language = "python"
 
-    def __init__(self, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
-        launcher = python_launcher("cpython", sandbox, PRELOAD)
-        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=default_profile)
+def build(context: RunnerContext) -> ZygoteRunner:
+    settings = context.settings
+    return ZygoteRunner(
+        INFO,
+        kind="cpython",
+        sandbox=context.sandbox,
+        pool_size=settings.cpython_pool_size,
+        default_profile=Profile(network=settings.allow_network),
+        preload=PRELOAD,
+        max_environments=settings.max_warm_environments,
+    )
+
+
+PLUGIN = RunnerPlugin(INFO, build)

@@ -23,22 +23,22 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from ..bridge import ToolDispatcher
+from ..bridge import ErrorDetail, RunResult, ToolDispatcher
 from ..config import Settings
 from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
-from ..validate_ts import Finding, check_typescript
+from ..validate_ts import check_typescript
 from . import npm
-from .base import ErrorInfo, RunOutcome, RunRequest, StubBundle
-from .pool import Worker
-from .process import ProcessRunner, command_launcher
+from ._pool import Worker, WorkerPool
+from ._pooled import WorkerPools, command_launcher
+from .base import CheckRequest, Diagnosis, RunnerContext, RunnerInfo, RunnerPlugin, RunRequest, StubBundle
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +47,10 @@ MAX_HEAP_MB = 1024
 """V8 heap limit of a worker; a script that needs more dies with an out-of-memory error."""
 CACHE_TIMEOUT = 300.0
 """Seconds allowed for putting a run's npm packages into Deno's cache."""
-# Host variables naming the certificate authorities Deno trusts: given to `deno cache` and to workers
-# (whose scripts cannot read the environment), so that TLS works where the host's does.
-_TLS_ENV = ("DENO_CERT", "DENO_TLS_CA_STORE", "NODE_EXTRA_CA_CERTS")
+# Host variables naming the certificate authorities Deno trusts (given to `deno cache`, and turned into
+# DENO_CERT for workers: a worker may not read NODE_EXTRA_CA_CERTS itself, its node compatibility layer
+# asks for the "sys" permission to load it, and every TLS request of the script would fail).
+_TLS_ENV = ("DENO_CERT", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE")
 # Further host variables `deno cache` may need to reach the npm registry (never given to a worker).
 _REGISTRY_ENV = (
     *_TLS_ENV,
@@ -88,26 +89,90 @@ def default_deno_dir(settings: Settings) -> Path:
     return settings.deno_dir or settings.cache_root() / "deno"
 
 
+def tls_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """How Deno is told which certificate authorities to trust: the operating system's store (where a
+    TLS-inspecting proxy's CA is installed) and Mozilla's, plus one extra bundle file, the first of
+    ``DENO_CERT``, ``NODE_EXTRA_CA_CERTS`` and ``SSL_CERT_FILE`` that is set in ``environ``."""
+    environ = os.environ if environ is None else environ
+    env = {"DENO_TLS_CA_STORE": environ.get("DENO_TLS_CA_STORE") or "system,mozilla"}
+    bundle = next((v for k in _TLS_ENV if (v := environ.get(k))), None)
+    if bundle and Path(bundle).is_file():
+        env["DENO_CERT"] = bundle
+    return env
+
+
 def deno_env(deno_dir: Path) -> dict[str, str]:
-    """What a Deno process needs in its environment besides ``sandbox_environment``."""
-    tls = {k: v for k in _TLS_ENV if (v := os.environ.get(k))}
-    return {**tls, "DENO_DIR": str(deno_dir), "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1"}
+    """What a Deno process needs in its environment besides ``sandbox_environment`` (never a variable that
+    Deno's node layer would read on the script's behalf)."""
+    return {**tls_env(), "DENO_DIR": str(deno_dir), "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1"}
 
 
-class DenoRunner(ProcessRunner):
-    name = "deno"
-    languages: tuple[str, ...] = ("javascript", "typescript")
-    stub_language = "typescript"
+INFO = RunnerInfo(
+    name="deno",
+    languages=("javascript", "typescript"),
+    stub_language="typescript",
+    summary="JavaScript and TypeScript under Deno (an ES module; top-level await; allowed npm packages)",
+    packages="self",
+    package_manager="Deno's npm cache (whitelisted npm packages)",
+    default_for=("javascript", "typescript"),
+    order=40,
+    settings=("pool_size", "deno_dir", "limit_memory_mb"),
+    awaitable_stubs="every stub returns a promise: `await server.tool({...})`, `Promise.all([...])`",
+)
+
+
+class DenoDialect:
+    """A Deno worker runs one script in its own process: it never serves a second run."""
+
     reuse_workers = False
-    """A Deno worker runs the script in its own process: it never serves a second run."""
     spawn_delay = 0.05
     """The replacement of a used worker starts after its run's answer has gone out."""
-    installs_packages = True
-    """npm packages go into Deno's cache (``ensure_cached``), not into a Python environment."""
+
+    def __init__(self, check: npm.Checker) -> None:
+        self._check = check
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        return Profile(network=request.allow_network)
+
+    def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
+        plan = npm.plan(request.code, request.packages, self._check)
+        return {
+            "op": "run",
+            "code": request.code,
+            "language": request.language,
+            "max_output": request.max_output,
+            "allow_network": request.allow_network,
+            "functions": {ns: list(names) for ns, names in request.stubs.functions.items()},
+            "unavailable": dict(request.stubs.unavailable),
+            "packages": [{"name": name, "specifier": spec} for name, spec in plan.preload],
+        }
+
+    def explain(self, result: RunResult, stderr_tail: str) -> None:
+        explained = explain_death(stderr_tail, MAX_HEAP_MB)
+        if explained is not None:
+            result.error = explained
+
+
+def explain_death(stderr_tail: str, heap_mb: int) -> ErrorDetail | None:
+    """What a Deno worker's last words mean to the script's author, when they mean something."""
+    if "Top-level await promise never resolved" in stderr_tail:
+        where = re.search(r"data:application/\w+;base64,[^:\s]*:(\d+):\d+", stderr_tail)
+        message = "the script awaits a promise that never settles (nothing is left that could resolve it)"
+        return ErrorDetail("Error", message, int(where.group(1)) if where else None)
+    if "heap out of memory" in stderr_tail or "Reached heap limit" in stderr_tail or "Fatal JavaScript" in stderr_tail:
+        return ErrorDetail("MemoryError", f"out of memory: a script's JavaScript heap may use {heap_mb} MB")
+    return None
+
+
+class DenoRunner:
+    """JavaScript and TypeScript on Deno workers (one run each), with npm packages from the allow-list."""
+
+    info = INFO
 
     def __init__(
         self, *, sandbox: Sandbox, pool_size: int, deno_dir: Path, whitelist: Whitelist, deno: str | None = None
     ) -> None:
+        self.sandbox = sandbox
         self.deno = deno or deno_binary()
         self.deno_dir = deno_dir
         self.whitelist = whitelist
@@ -133,10 +198,32 @@ class DenoRunner(ProcessRunner):
         launcher = command_launcher(sandbox, argv, reads=reads, env=deno_env(deno_dir))
         # A worker starts with --allow-net and revokes it before a script that may not use it; its sandbox
         # has the network (a profile of its own) only for runs that may use it.
-        profile = Profile(network=sandbox.settings.allow_network)
-        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=profile)
+        self.workers = WorkerPools(
+            "deno",
+            launcher,
+            DenoDialect(self._check),
+            sandbox=sandbox,
+            pool_size=pool_size,
+            default_profile=Profile(network=sandbox.settings.allow_network),
+        )
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.info.languages
+
+    @property
+    def stub_language(self) -> str:
+        return self.info.stub_language
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.workers.pool
 
     async def start(self) -> None:
         self.deno_dir.mkdir(parents=True, exist_ok=True)
@@ -153,70 +240,59 @@ class DenoRunner(ProcessRunner):
             done = await anyio.run_process(argv, env=env, check=False, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 logger.warning("deno: could not compile the worker program ahead: %s", done.stderr[-500:])
-        await super().start()
+        await self.workers.start()
+        await self.workers.start_default()
+
+    async def aclose(self) -> None:
+        await self.workers.aclose()
+
+    async def ready(self) -> None:
+        await self.workers.ready()
 
     def set_stubs(self, stubs: StubBundle) -> None:
-        # The worker defines the stubs from their names, sent with each run; it never loads the source.
-        self._stubs = stubs
+        """The worker defines the stubs from their names, sent with each run; it never loads the source."""
 
     @property
     def isolation(self) -> str:
-        """``namespaces+deno-permissions`` where the sandbox has namespaces, else ``deno-permissions``."""
-        return "namespaces+deno-permissions" if self.sandbox.isolation == "namespaces" else "deno-permissions"
+        return self.sandbox.isolation + "+deno-permissions"
 
-    def profile_for(self, request: RunRequest) -> Profile:
-        return Profile(network=request.allow_network)
+    def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
+        return None  # Deno's permissions and the sandbox decide; npm packages come from the allow-list
 
-    def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
-        plan = npm.plan(request.code, request.packages, self._check)
-        return {
-            "op": "run",
-            "code": request.code,
-            "language": request.language,
-            "max_output": request.max_output,
-            "allow_network": request.allow_network,
-            "functions": {ns: list(names) for ns, names in request.stubs.functions.items()},
-            "packages": [{"name": name, "specifier": spec} for name, spec in plan.preload],
-        }
+    def identity(self) -> dict[str, str]:
+        return {}
 
-    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
+    def describe(self) -> dict[str, Any]:
+        return {**self.workers.describe(), "heapMb": MAX_HEAP_MB}
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
         plan = npm.plan(request.code, request.packages, self._check)  # PackageError for packages not allowed
         if plan.cache:
             problem = await self.ensure_cached(plan.cache)
             if problem is not None:
-                return RunOutcome(success=False, error=ErrorInfo("PackageError", problem))
-        return await super().run(request, dispatcher)
+                return RunResult(success=False, error=ErrorDetail("PackageError", problem))
+        return await self.workers.run(request, dispatcher)
 
-    async def check(
-        self, code: str, declarations: str, packages: Iterable[str] = (), *, javascript: bool = False
-    ) -> list[Finding]:
+    async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
         """Type errors of a script against the tool declarations (see ``validate_ts``).
 
         The npm packages it names are allow-listed (``PackageError``) and cached first, as for a run.
         """
-        plan = npm.plan(code, packages, self._check)
+        plan = npm.plan(request.code, request.requirements, self._check)
         if plan.cache:
             problem = await self.ensure_cached(plan.cache)
             if problem is not None:
-                return [Finding(None, None, problem)]
-        return await check_typescript(
-            code,
-            declarations,
+                return [{"line": None, "column": None, "kind": "package", "message": problem}]
+        found = await check_typescript(
+            request.code,
+            request.declarations,
             deno=self.deno,
             deno_dir=self.deno_dir,
             whitelist=self.whitelist,
             sandbox=self.sandbox,
-            javascript=javascript,
+            javascript=request.language == "javascript",
         )
-
-    async def _died(self, worker: Worker) -> RunOutcome:
-        outcome = await super()._died(worker)
-        tail = worker.stderr_tail()
-        if "Top-level await promise never resolved" in tail:
-            where = re.search(r"data:application/\w+;base64,[^:\s]*:(\d+):\d+", tail)
-            message = "the script awaits a promise that never settles (nothing is left that could resolve it)"
-            outcome.error = ErrorInfo("Error", message, int(where.group(1)) if where else None)
-        return outcome
+        return [{"line": f.line, "column": f.column, "kind": "type", "message": f.message} for f in found]
 
     async def ensure_cached(self, specifiers: Iterable[str]) -> str | None:
         """Put npm packages into Deno's cache (once per process); the error text when that fails."""
@@ -237,3 +313,32 @@ class DenoRunner(ProcessRunner):
                 return f"could not install {', '.join(missing)}: {detail[-1500:] or f'exit code {done.returncode}'}"
             self._cached.update(missing)
             return None
+
+
+def build(context: RunnerContext) -> DenoRunner:
+    settings = context.settings
+    return DenoRunner(
+        sandbox=context.sandbox,
+        pool_size=settings.pool_size,
+        deno_dir=default_deno_dir(settings),
+        whitelist=context.whitelist,
+    )
+
+
+def diagnose(settings: Settings) -> list[Diagnosis]:
+    """Whether the Deno this runner (and ``pyodide``) uses runs here."""
+    fix = "install it into this environment with `pip install deno` (the package ships the binary)"
+    path = find_deno()
+    if path is None:
+        return [Diagnosis("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)]
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [Diagnosis("warn", "deno", f"{path} does not run: {exc}", fix)]
+    out = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        return [Diagnosis("warn", "deno", f"{path} does not run: {out[-300:]}", fix)]
+    return [Diagnosis("ok", "deno", f"{path}: {out.splitlines()[0] if out else 'runs'}")]
+
+
+PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER,))

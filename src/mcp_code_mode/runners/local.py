@@ -7,8 +7,9 @@ its sandbox and its rlimits are what stand between a script and the host.
 
 from __future__ import annotations
 
-from ..sandbox import Profile, Sandbox
-from .process import ProcessRunner, python_launcher
+from ..sandbox import Profile
+from ._zygote import ZygoteRunner
+from .base import RunnerContext, RunnerInfo, RunnerPlugin
 
 # Standard-library modules a script may import under the local runner, besides smolagents' own base list.
 SAFE_IMPORTS: tuple[str, ...] = (
@@ -59,11 +60,49 @@ SAFE_IMPORTS: tuple[str, ...] = (
 )
 
 
-class LocalRunner(ProcessRunner):
-    name = "local"
-    languages: tuple[str, ...] = ("python",)
-    stub_language = "python"
+INFO = RunnerInfo(
+    name="local",
+    languages=("python",),
+    stub_language="python",
+    summary="Python in a restricted interpreter (safe stdlib modules, no os/sys/subprocess)",
+    packages="environment",
+    package_manager="uv (whitelisted PyPI wheels)",
+    default_for=("python",),
+    order=10,
+    keeps_off_network=True,
+    settings=("pool_size", "limit_memory_mb", "max_warm_environments"),
+)
 
-    def __init__(self, *, sandbox: Sandbox, pool_size: int, default_profile: Profile) -> None:
-        launcher = python_launcher("local", sandbox, SAFE_IMPORTS)
-        super().__init__(launcher, sandbox=sandbox, pool_size=pool_size, default_profile=default_profile)
+
+def authorized_imports(package_imports: tuple[str, ...]) -> tuple[str, ...]:
+    """What a script may import: the safe standard-library modules and its packages' modules."""
+    return SAFE_IMPORTS + package_imports
+
+
+def unsupported_findings(code: str) -> list[dict[str, object]]:
+    """``validate_code`` findings for constructs the interpreter refuses (it never gives a wrong answer)."""
+    try:
+        from ..local_constructs import unsupported
+    except ImportError:
+        return []
+    return [
+        {"line": line, "column": 1, "kind": "unsupported", "message": message} for line, message in unsupported(code)
+    ]
+
+
+def build(context: RunnerContext) -> ZygoteRunner:
+    settings = context.settings
+    return ZygoteRunner(
+        INFO,
+        kind="local",
+        sandbox=context.sandbox,
+        pool_size=settings.pool_size,
+        default_profile=Profile(network=settings.allow_network),
+        preload=SAFE_IMPORTS,
+        imports=authorized_imports,
+        extra_check=unsupported_findings,
+        max_environments=settings.max_warm_environments,
+    )
+
+
+PLUGIN = RunnerPlugin(INFO, build)

@@ -29,15 +29,16 @@ from urllib.parse import urlparse
 
 import anyio
 
-from ..bridge import ToolDispatcher
+from ..bridge import ErrorDetail, RunResult, ToolDispatcher
 from ..config import Settings
 from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
-from .base import ErrorInfo, RunOutcome, RunRequest
+from ..validate import check_python
+from ._pool import WORKER_START_TIMEOUT, Worker, WorkerPool
+from ._pooled import WorkerPools, command_launcher
+from .base import CheckRequest, Diagnosis, RunnerContext, RunnerInfo, RunnerPlugin, RunRequest, StubBundle
 from .deno import find_deno
-from .pool import WORKER_START_TIMEOUT
-from .process import ProcessRunner, command_launcher
 from .pyodide_packages import PyodidePackages
 
 logger = logging.getLogger(__name__)
@@ -235,16 +236,61 @@ async def ensure_snapshot(setup: PyodideSetup, packages: PyodidePackages) -> Pat
     return path
 
 
-class PyodideRunner(ProcessRunner):
-    name = "pyodide"
-    languages: tuple[str, ...] = ("python",)
-    stub_language = "python"
+INFO = RunnerInfo(
+    name="pyodide",
+    languages=("python",),
+    stub_language="python",
+    summary="full CPython in WebAssembly under Deno (whitelisted pure-Python wheels and Pyodide's packages)",
+    packages="self",
+    package_manager="micropip (whitelisted pure-Python wheels from PyPI, Pyodide's own packages)",
+    order=30,
+    settings=("pyodide_pool_size", "pyodide_max_memory_mb", "pyodide_index_url", "pyodide_cache_dir"),
+    awaitable_stubs="in `async def` code, and in top-level code that awaits, stub calls must be awaited",
+)
+
+
+class PyodideDialect:
+    """A Pyodide worker serves exactly one run and exits."""
+
     reuse_workers = False
     spawn_delay = 0.05
     """The replacement of a used interpreter starts after its run's answer has gone out."""
-    installs_packages = True
+
+    def __init__(self, profile: Profile, max_memory_mb: int) -> None:
+        self._profile = profile
+        self._max_memory_mb = max_memory_mb
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        return self._profile
+
+    def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "op": "run",
+            "code": request.code,
+            "max_output": request.max_output,
+            "namespaces": list(request.stubs.namespaces),
+            "imports": list(request.authorized_imports),
+            "version": request.stubs.version,
+        }
+        if worker.stubs_version != request.stubs.version:
+            message["stubs"] = request.stubs.source
+        return message
+
+    def explain(self, result: RunResult, stderr_tail: str) -> None:
+        error = result.error
+        if error is not None and ("out of memory" in stderr_tail.lower() or "RangeError: WebAssembly" in stderr_tail):
+            result.error = ErrorDetail(
+                "MemoryError", f"out of memory: a Pyodide interpreter may use {self._max_memory_mb} MB"
+            )
+
+
+class PyodideRunner:
+    """Python in Pyodide interpreters restored from a memory snapshot, one per run."""
+
+    info = INFO
 
     def __init__(self, settings: Settings, sandbox: Sandbox, whitelist: Whitelist) -> None:
+        self.sandbox = sandbox
         self.setup = PyodideSetup(
             deno=find_deno(),
             pyodide_dir=find_pyodide_dir(settings),
@@ -272,18 +318,46 @@ class PyodideRunner(ProcessRunner):
         # so the sandbox has the network only when Pyodide's own packages come from a remote index, which
         # the worker loads before the script runs. The pool starts empty and grows once the snapshot exists
         # (see ``_prepare``).
-        self._profile = Profile(network=self.setup.remote_index())
-        super().__init__(launcher, sandbox=sandbox, pool_size=0, default_profile=self._profile)
+        profile = Profile(network=self.setup.remote_index())
+        self.workers = WorkerPools(
+            "pyodide",
+            launcher,
+            PyodideDialect(profile, self.setup.max_memory_mb),
+            sandbox=sandbox,
+            pool_size=0,
+            default_profile=profile,
+        )
         self._target_size = settings.pyodide_pool_size
         self._prepared = False
         self._preparing = anyio.Lock()
 
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.info.languages
+
+    @property
+    def stub_language(self) -> str:
+        return self.info.stub_language
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.workers.pool
+
     async def start(self) -> None:
-        stack = contextlib.AsyncExitStack()
-        self._tg = await stack.enter_async_context(anyio.create_task_group())
-        self._stack = stack
+        await self.workers.start()
         if self._target_size > 0:  # warm up in the background: the server serves meanwhile
-            self._tg.start_soon(self._prepare)
+            assert self.workers.task_group is not None
+            self.workers.task_group.start_soon(self._prepare)
+
+    async def aclose(self) -> None:
+        await self.workers.aclose()
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        self.workers.set_stubs(stubs)
 
     async def _prepare(self) -> None:
         """Make the snapshot if needed, then fill the pool. Once; a run that comes first waits for it."""
@@ -293,11 +367,12 @@ class PyodideRunner(ProcessRunner):
             try:
                 if self.problem is None:
                     await ensure_snapshot(self.setup, self.packages)
-                    assert self._tg is not None
+                    tg = self.workers.task_group
+                    assert tg is not None
                     # The first interpreter starts alone: the first run after start waits only for it.
-                    self.pool.resize(min(1, self._target_size))
-                    await self.pool.start(self._tg)
-                    self._tg.start_soon(self._grow)
+                    self.workers.resize(min(1, self._target_size))
+                    await self.workers.start_default()
+                    tg.start_soon(self._grow)
             except RunnerError as exc:
                 self.problem = str(exc)
             finally:
@@ -309,35 +384,68 @@ class PyodideRunner(ProcessRunner):
         if self._target_size == 0:
             return
         await self._prepare()  # waits for the snapshot and the first interpreter's start
-        await self.pool.ready()
+        await self.workers.ready()
 
     async def _grow(self) -> None:
         """Once the first interpreter is ready (or failed), start the rest of the pool."""
         with anyio.move_on_after(WORKER_START_TIMEOUT):
             while self.pool.warm == 0 and self.pool.starting > 0:
                 await self.pool.changed()
-        self.pool.resize(self._target_size)
+        self.workers.resize(self._target_size)
 
     @property
     def isolation(self) -> str:
-        """``namespaces+wasm`` where the sandbox has namespaces (the Deno process is inside it), else ``wasm``."""
-        return "namespaces+wasm" if self.sandbox.isolation == "namespaces" else "wasm"
+        return self.sandbox.isolation + "+wasm"
 
-    def profile_for(self, request: RunRequest) -> Profile:
-        return self._profile
+    def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
+        return None
 
-    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunOutcome:
+    async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
+        checked = await check_python(request.code, request.index, None, max_bytes=request.max_bytes)
+        return list(checked.get("findings", []))
+
+    def identity(self) -> dict[str, str]:
+        return self.setup.versions()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.workers.describe(),
+            "poolSize": self._target_size,
+            "memoryMb": self.setup.max_memory_mb,
+            **({"problem": self.problem} if self.problem else {}),
+        }
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
         await self._prepare()
         if self.problem is not None:
-            error = ErrorInfo("RunnerError", f"pyodide runner unavailable: {self.problem}")
-            return RunOutcome(success=False, error=error)
+            error = ErrorDetail("RunnerError", f"pyodide runner unavailable: {self.problem}")
+            return RunResult(success=False, error=error)
         plan = await self.packages.plan(request.packages)
         extra: dict[str, Any] = {"allow_network": request.allow_network}
         if plan.wheels:
             extra["wheels"] = list(plan.wheels)
         if plan.pyodide:
             extra["pyodide_packages"] = list(plan.pyodide)
-        return await self.run_with(request, dispatcher, extra)
+        return await self.workers.run(request, dispatcher, extra)
 
 
-__all__ = ["PyodideRunner", "ensure_snapshot", "find_deno", "prune_snapshots"]
+def build(context: RunnerContext) -> PyodideRunner:
+    return PyodideRunner(context.settings, context.sandbox, context.whitelist)
+
+
+def diagnose(settings: Settings) -> list[Diagnosis]:
+    problem = PyodideSetup(
+        deno=find_deno(),
+        pyodide_dir=find_pyodide_dir(settings),
+        cache_dir=default_cache_dir(settings),
+        index_url=settings.pyodide_index_url,
+    ).problem()
+    if problem:
+        return [Diagnosis("warn", "pyodide", problem, "run `npm ci` in the project, or set CODE_MODE_PYODIDE_DIR")]
+    return []
+
+
+PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER_SCRIPT, PRELUDE))
+
+
+__all__ = ["PLUGIN", "PyodideRunner", "ensure_snapshot", "find_deno", "prune_snapshots"]

@@ -1,0 +1,111 @@
+"""Stage 2 and 5, the script cache: a key before the run, a lookup that may answer without running, and what
+is stored after it.
+
+The key holds what the run depends on: the policy in force, the runner's identity, the stubs the script
+will see, besides code and packages. "Replayable" is decided from what the host saw (tool calls that reached
+a server, files left, network granted), never from what a runner is assumed unable to do.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from ..bridge import FileEntry, RunResult
+from ..cache import (
+    KeyContext,
+    NewScript,
+    ScriptCache,
+    StoredScript,
+    ToolUse,
+    code_key,
+    derive_description,
+    full_key,
+    runner_identity,
+    stubs_digest,
+)
+from ..runners import StubBundle
+from ._request import RunPlan
+
+
+@dataclass(frozen=True)
+class Keyed:
+    plan: RunPlan
+    key: str
+
+
+class CacheStage:
+    def __init__(self, scripts: ScriptCache) -> None:
+        self.scripts = scripts
+
+    def key(self, plan: RunPlan, bundle: StubBundle) -> Keyed:
+        context = KeyContext(
+            language=plan.language,
+            runner=plan.runner.name,
+            runner_identity=runner_identity(plan.runner),
+            network=plan.network,
+            packages=plan.requirements,
+            stubs=stubs_digest(bundle.source),
+        )
+        return Keyed(plan, code_key(plan.code, context))
+
+    async def lookup(self, keyed: Keyed, started: float) -> RunResult | None:
+        """A stored result for this key, when the mode replays and one fits (in a worker thread: a hit is
+        counted, and another process may hold the write lock a moment; a mode that reads nothing skips the
+        thread hop)."""
+        mode = keyed.plan.mode
+        if not self.scripts.reads(mode):
+            return None
+        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, keyed.key)
+        return replayed(hit, started) if hit is not None else None
+
+    async def store(self, keyed: Keyed, result: RunResult, tools: list[ToolUse], description: str | None) -> str:
+        """Record a finished run as the mode says; the run's full hash (its key and the tools it used)."""
+        plan = keyed.plan
+        run_hash = full_key(keyed.key, tools)
+        new: NewScript | None = None
+        given = (description or "").strip()
+        if result.success and plan.mode != "off":
+            new = NewScript(
+                hash=run_hash,
+                code_key=keyed.key,
+                language=plan.language,
+                runner=plan.runner.name,
+                code=plan.code,
+                packages=list(plan.requirements),
+                description=given or derive_description(plan.code, [t.name for t in tools]),
+                description_given=bool(given),
+                output=result.output,
+                return_value=result.return_value,
+                truncated=result.truncated,
+                files=[{"path": f.path, "size": f.size} for f in result.files],
+                tools=tools,
+                tool_calls=result.tool_calls,
+                network=plan.network,
+                execution_ms=result.execution_time,
+            )
+        if self.scripts.writes(plan.mode):
+            await anyio.to_thread.run_sync(self.scripts.after_run, plan.mode, new)
+        return run_hash
+
+
+def replayed(script: StoredScript, started: float) -> RunResult:
+    """The result of a stored run, answered without running it."""
+    return RunResult(
+        success=True,
+        output=script.output,
+        return_value=script.return_value,
+        execution_time=round((time.perf_counter() - started) * 1000),
+        language=script.language,
+        runner=script.runner,
+        cached=True,
+        hash=script.hash,
+        tool_calls=0,
+        truncated=script.truncated,
+        files=[FileEntry(str(f["path"]), int(f["size"])) for f in script.files],
+    )
+
+
+__all__ = ["CacheStage", "Keyed", "replayed"]

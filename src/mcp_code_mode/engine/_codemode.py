@@ -1,0 +1,375 @@
+"""``CodeMode``: the façade used by the MCP server, the CLI and library users.
+
+async with CodeMode.from_config("mcp_servers.json") as cm:
+    result = await cm.execute("print(filesystem.list_directory(path='.'))")
+
+``execute`` is a pipeline of small stages, each its own module: the request (``_request``), the cache
+(``_caching``: key and lookup, later the store), the environment (``_environment``), the run (admission,
+progress and the runner), the result. The façade holds the parts; callers use its methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..admission import Admission
+from ..bridge import ErrorDetail, RunResult, ToolDispatcher
+from ..cache import ScriptCache, StoredScript, ToolUse
+from ..cache.embed import make_embedder
+from ..config import CodeModeConfig, Settings
+from ..discovery import ToolSearch
+from ..downstream.pool import ToolPool
+from ..packages import PythonEnvironments, Whitelist
+from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
+from ..runners.registry import build_runners, default_runners
+from ..sandbox import Sandbox
+from ..stubs import StubIndex
+from ..validate import oversize
+from ._caching import CacheStage
+from ._environment import prepare
+from ._progress import ProgressCallback, RunProgress, reporting
+from ._request import plan_run, resolve, validate_packages
+from ._stubs import StubBook
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerFacts:
+    """What the server layer shows about one runner (``list_supported_languages``, ``get_execution_limits``)."""
+
+    info: RunnerInfo
+    isolation: str
+    default_for: tuple[str, ...]
+    state: dict[str, Any]
+    settings: dict[str, Any]
+
+
+class CodeMode:
+    """Downstream servers, stubs and runners behind one ``execute`` call. Use as an async context manager."""
+
+    def __init__(self, config: CodeModeConfig) -> None:
+        self.config = config
+        settings = config.settings
+        self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
+        self.sandbox = Sandbox.detect(settings)
+        self.admission = Admission.create(
+            run_memory_mb=settings.limit_memory_mb,
+            max_running=settings.max_concurrent_runs,
+            max_queued=settings.max_queued_runs,
+            per_client=settings.max_runs_per_client,
+            memory_budget_mb=settings.memory_budget_mb,
+            queue_timeout_ms=settings.queue_timeout_ms,
+        )
+        self.whitelist = Whitelist.load(settings.allowed_packages)
+        self.environments = PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
+        self.defaults = default_runners(settings)  # ConfigError for an unknown CODE_MODE_PYTHON_RUNNER
+        self.runners: dict[str, Runner] = build_runners(settings, self.sandbox, self.whitelist)
+        self._stubs = StubBook(self.pool)
+        self._stubs_for = -1
+        self.embedder = make_embedder(settings.cache_embedder)
+        self.scripts = ScriptCache(
+            settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
+        )
+        self._cache = CacheStage(self.scripts)
+        self.tool_search = ToolSearch(self.embedder)
+
+    @classmethod
+    def from_config(cls, path: str | Path | None = None) -> CodeMode:
+        """Load ``mcp_servers.json`` (``path``, else ``CODE_MODE_CONFIG``, else ./mcp_servers.json) and settings."""
+        return cls(CodeModeConfig.load(path))
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+    async def __aenter__(self) -> CodeMode:
+        started: list[Runner] = []
+        await anyio.to_thread.run_sync(self.scripts.open)
+        load = getattr(self.embedder, "load", None)
+        if load is not None:  # read the model's weights now, off the first run's path (~0.5 s)
+            threading.Thread(target=load, name="embedder-load", daemon=True).start()
+        try:
+            for runner in self.runners.values():
+                await runner.start()
+                started.append(runner)
+            await self.pool.__aenter__()
+        except BaseException:
+            for runner in reversed(started):  # each runner holds a task group: leave them in LIFO order
+                await runner.aclose()
+            self.scripts.close()
+            raise
+        self._refresh()
+        await self._warm_up()
+        described = self.sandbox.describe()
+        logger.info(
+            "isolation in force: %s%s",
+            described["isolation"],
+            f" ({described['reason']})" if described.get("reason") else f" ({described.get('user')})",
+        )
+        return self
+
+    async def _warm_up(self) -> None:
+        """Wait (at most ``warmup_timeout``) until every runner has a warm worker: the first run after
+        start-up then pays no interpreter start (for Pyodide, a snapshot restore of about a second)."""
+        timeout = self.settings.warmup_timeout
+        if timeout <= 0:
+            return
+        started = time.monotonic()
+        with anyio.move_on_after(timeout) as scope:
+            async with anyio.create_task_group() as tg:
+                for runner in self.runners.values():
+                    tg.start_soon(runner.ready)
+        if scope.cancelled_caught:
+            logger.warning("start-up: not every runner had a warm worker after %.0f s; serving anyway", timeout)
+        else:
+            logger.info("start-up: warm workers ready in %.2f s", time.monotonic() - started)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await self.pool.__aexit__(*exc_info)
+        finally:
+            # Last started, first closed: each runner's task group is nested in the previous one's.
+            for runner in reversed(self.runners.values()):
+                await runner.aclose()
+            self.sandbox.close()
+            self.scripts.close()
+            self.tool_search.close()
+
+    def _schema_hash(self, server: str, tool: str) -> str | None:
+        info = self.pool.find(server, tool)
+        return info.schema_hash if info else None
+
+    # ----- stubs ----------------------------------------------------------------------------
+
+    @property
+    def index(self) -> StubIndex:
+        """Namespaces and functions of every downstream tool, at the pool's current version."""
+        self._refresh()
+        return self._stubs.index
+
+    def _refresh(self) -> None:
+        """Give every runner the new stubs when the downstream tools changed."""
+        if not self._stubs.stale() and self._stubs_for == self.pool.version:
+            return
+        index = self._stubs.index
+        del index
+        self._stubs_for = self.pool.version
+        for runner in self.runners.values():
+            runner.set_stubs(self._stubs.bundle(runner.stub_language))
+
+    def bundle(self, stub_language: str) -> StubBundle:
+        """The full stub module for one stub language at the current version."""
+        self._refresh()
+        return self._stubs.bundle(stub_language)
+
+    def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
+        """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
+        self._refresh()
+        return self._stubs.render(language, servers, names)
+
+    # ----- execution ------------------------------------------------------------------------
+
+    def resolve_runner(self, language: str, runner: str | None) -> tuple[str, Runner]:
+        """The canonical language and the runner for a request; ``UnsupportedError`` names what exists."""
+        return resolve(self.runners, self.defaults, language, runner)
+
+    def runner_for(self, language: str, runner: str | None) -> str:
+        """The runner a request means (its own, else its language's default), for a refusal's report."""
+        if runner:
+            return runner
+        from ..runners import LANGUAGE_ALIASES
+
+        return self.defaults.get(LANGUAGE_ALIASES.get(language.strip().lower(), ""), "")
+
+    async def execute(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        packages: list[str] | None = None,
+        timeout_ms: int | None = None,
+        allow_networking: bool = True,
+        description: str | None = None,
+        runner: str | None = None,
+        on_output: OutputCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        cache: str = "auto",
+        client: str = "local",
+    ) -> RunResult:
+        """Run ``code`` with every configured server's tools in scope.
+
+        ``cache`` is ``auto``, ``reuse``, ``refresh`` or ``off`` (see ``mcp_code_mode.cache``).
+        Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
+        runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
+        ``success=False``. ``timeout_ms`` None means ``CODE_MODE_DEFAULT_TIMEOUT_MS``.
+
+        ``client`` names who asks (an MCP session): runs wait for a slot of ``admission`` first, within that
+        client's share; ``ServerBusy`` when there is no room even to queue.
+
+        ``on_output`` receives printed output as it is printed (the result still holds all of it);
+        ``on_progress`` receives a ``RunProgress`` when the run starts and every
+        ``progress_interval_ms`` until it ends. Cancelling the calling task stops the run: its worker
+        process is killed before ``execute`` returns control.
+        """
+        started = time.perf_counter()
+        settings = self.settings
+        plan = plan_run(
+            code=code,
+            language=language,
+            runner=runner,
+            packages=packages,
+            timeout_ms=timeout_ms,
+            allow_networking=allow_networking,
+            cache=cache,
+            runners=self.runners,
+            defaults=self.defaults,
+            settings=settings,
+            sandbox=self.sandbox,
+            whitelist=self.whitelist,
+        )
+        chosen = plan.runner
+        bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
+        keyed = self._cache.key(plan, bundle)
+        hit = await self._cache.lookup(keyed, started)
+        if hit is not None:  # a replay reports once, all at once: its output and where it is
+            if on_output is not None and hit.output:
+                await on_output(hit.output)
+            if on_progress is not None:
+                await on_progress(RunProgress(time.perf_counter() - started, 0))
+            return hit
+        prepared = await prepare(plan, self.environments)
+        if prepared.error is not None:
+            return RunResult(
+                success=False,
+                error=ErrorDetail("PackageInstallError", prepared.error),
+                language=plan.language,
+                runner=chosen.name,
+                hash=keyed.key,
+                install_time=prepared.install_ms,
+            )
+        authorized = chosen.authorized_imports(plan.package_imports)
+        request = RunRequest(
+            code=code,
+            language=plan.language,
+            timeout=plan.timeout_ms / 1000,
+            max_output=settings.max_output_chars,
+            stubs=bundle,
+            allow_network=plan.network,
+            authorized_imports=authorized or (),
+            environment=str(prepared.environment.path) if prepared.environment else None,
+            preload=plan.package_imports if prepared.environment else (),
+            packages=plan.requirements,
+            on_output=on_output,
+        )
+        dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
+
+        async def queued(ahead: int) -> None:
+            if on_progress is not None:
+                await on_progress(RunProgress(time.perf_counter() - started, 0, queued=ahead))
+
+        async with self.admission.slot(client, settings.limit_memory_mb, queued):
+            result = await reporting(
+                lambda: chosen.run(request, dispatcher),
+                on_progress,
+                lambda: len(dispatcher.calls),
+                started=started,
+                interval=settings.progress_interval_ms / 1000,
+            )
+        result.language, result.runner = plan.language, chosen.name
+        result.tool_calls = len(dispatcher.calls)
+        result.install_time = prepared.install_ms
+        result.cached = False
+        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
+        result.hash = await self._cache.store(keyed, result, tools, description)
+        return result
+
+    async def validate(
+        self, language: str, code: str, *, runner: str | None = None, packages: list[str] | None = None
+    ) -> dict[str, Any]:
+        """``validate_code``: every finding at once; nothing runs and no tool is called (see the runner's
+        ``check``: Python is checked against the live schemas and the imports the runner allows,
+        JavaScript/TypeScript with ``deno check`` against the generated declarations)."""
+        lang, chosen = self.resolve_runner(language, runner)
+        max_bytes = self.settings.max_code_bytes
+        refused = oversize(lang, code, max_bytes)
+        if refused is not None:
+            return refused
+        requirements = validate_packages(lang, packages or [], self.whitelist)
+        request = CheckRequest(
+            code=code,
+            language=lang,
+            index=self.index,
+            declarations=self.bundle(chosen.stub_language).source,
+            requirements=requirements,
+            package_imports=self.whitelist.imports_for(list(requirements)) if lang == "python" else (),
+            max_bytes=max_bytes,
+        )
+        findings = await chosen.check(request)
+        return {"language": lang, "runner": chosen.name, "supported": True, "valid": not findings, "findings": findings}
+
+    # ----- what the server layer shows ------------------------------------------------------
+
+    def runner_facts(self) -> list[RunnerFacts]:
+        """Every runner: its declaration, its isolation here, the languages it is the default for, its state."""
+        settings = self.settings
+        return [
+            RunnerFacts(
+                info=r.info,
+                isolation=r.isolation,
+                default_for=tuple(lang for lang, name in self.defaults.items() if name == r.name),
+                state=r.describe(),
+                settings={name: _jsonable(getattr(settings, name, None)) for name in r.info.settings},
+            )
+            for r in self.runners.values()
+        ]
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Each downstream server's state."""
+        return [s.status() for s in self.pool.servers.values()]
+
+    def status(self) -> dict[str, Any]:
+        """Connected servers and runners, for discovery tools and the CLI."""
+        return {
+            "servers": self.servers(),
+            "runners": {
+                f.info.name: {"isolation": f.isolation, "languages": list(f.info.languages)}
+                for f in self.runner_facts()
+            },
+        }
+
+    def search_tools(
+        self, query: str, *, server: str | None = None, detail: str = "summary", limit: int = 10
+    ) -> dict[str, Any]:
+        return self.tool_search.search(self.index, self.pool.version, query, server=server, detail=detail, limit=limit)
+
+    async def search_scripts(self, query: str, language: str | None = None, limit: int = 5) -> list[Any]:
+        return await anyio.to_thread.run_sync(self.scripts.search, query, language, limit)
+
+    async def list_scripts(self, language: str | None = None, limit: int = 20) -> list[StoredScript]:
+        return await anyio.to_thread.run_sync(self.scripts.list, language, limit)
+
+    async def get_script(self, hash: str) -> StoredScript | None:
+        return await anyio.to_thread.run_sync(self.scripts.get, hash)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """``get_cache_stats``: the script cache, and the package environments with their size."""
+        return {**self.scripts.stats(), "environments": self.environments.stats()}
+
+    def allowed_packages(self, language: str = "all") -> dict[str, Any]:
+        """The whitelist for ``list_allowed_packages``."""
+        return {"source": self.whitelist.source, **self.whitelist.listing(language)}
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
+
+
+__all__ = ["CodeMode", "RunnerFacts"]

@@ -1,0 +1,113 @@
+"""Stage 1, the request: everything checked before anything is looked up, installed or run.
+
+``plan_run`` turns what ``execute`` was asked into a ``RunPlan`` or raises a ``CodeModeError`` naming what is
+wrong (language, runner, size, timeout, isolation, packages). Nothing here touches a process or the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..cache import CacheMode, check_mode
+from ..config import Settings
+from ..errors import UnsupportedError
+from ..packages import Whitelist, validate_npm, validate_python
+from ..runners import LANGUAGE_ALIASES, Runner
+from ..sandbox import Sandbox
+from ..validate import code_size
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    code: str
+    language: str
+    """Canonical: ``python``, ``javascript``, ``typescript``."""
+    runner: Runner
+    mode: CacheMode
+    """Cache mode: ``auto``, ``reuse``, ``refresh``, ``off``."""
+    timeout_ms: int
+    network: bool
+    requirements: tuple[str, ...]
+    """Validated, normalised packages."""
+    package_imports: tuple[str, ...]
+    """Modules those packages provide (Python)."""
+
+
+def resolve(
+    runners: Mapping[str, Runner], defaults: Mapping[str, str], language: str, runner: str | None
+) -> tuple[str, Runner]:
+    """The canonical language and the runner for a request; ``UnsupportedError`` names what exists."""
+    lang = LANGUAGE_ALIASES.get(language.strip().lower())
+    if lang is None:
+        supported = ", ".join(sorted(set(LANGUAGE_ALIASES.values())))
+        raise UnsupportedError(f"language {language!r} is not supported yet (supported: {supported})")
+    name = (runner or "").strip().lower() or defaults.get(lang, "")
+    chosen = runners.get(name)
+    if chosen is None or lang not in chosen.languages:
+        available = [r.name for r in runners.values() if lang in r.languages]
+        raise UnsupportedError(
+            f"runner {name!r} is not supported yet for {lang} (available: {', '.join(available) or 'none'})"
+        )
+    return lang, chosen
+
+
+def validate_packages(language: str, packages: list[str], whitelist: Whitelist) -> tuple[str, ...]:
+    """Validated, normalized requirements for a language; ``PackageError`` names a bad entry."""
+    if not packages:
+        return ()
+    if language == "python":
+        return tuple(validate_python(packages, whitelist))
+    return tuple(validate_npm(packages, whitelist))
+
+
+def check_isolation(runner: Runner, network: bool, sandbox: Sandbox, settings: Settings) -> None:
+    """Refuse a run the host cannot isolate as asked: no namespaces and ``CODE_MODE_REQUIRE_ISOLATION``, or no
+    network namespace for a run without network on a runner that does not keep scripts off it itself."""
+    if sandbox.isolation != "process":
+        return
+    reason = sandbox.reason or "namespaces are not available"
+    if settings.require_isolation:
+        raise UnsupportedError(f"CODE_MODE_REQUIRE_ISOLATION is set and this host has no namespaces ({reason})")
+    if not network and not runner.info.keeps_off_network:
+        raise UnsupportedError(
+            f"networking cannot be switched off for the {runner.name} runner on this host ({reason}); "
+            "allow networking or use a runner that keeps scripts off the network (get_execution_limits)"
+        )
+
+
+def plan_run(
+    *,
+    code: str,
+    language: str,
+    runner: str | None,
+    packages: list[str] | None,
+    timeout_ms: int | None,
+    allow_networking: bool,
+    cache: str,
+    runners: Mapping[str, Runner],
+    defaults: Mapping[str, str],
+    settings: Settings,
+    sandbox: Sandbox,
+    whitelist: Whitelist,
+) -> RunPlan:
+    mode = check_mode(cache)
+    lang, chosen = resolve(runners, defaults, language, runner)
+    if (size := code_size(code)) > settings.max_code_bytes:
+        raise UnsupportedError(
+            f"the script is {size} bytes; this server takes scripts of at most {settings.max_code_bytes} bytes "
+            "(CODE_MODE_MAX_CODE_BYTES)"
+        )
+    network = allow_networking and settings.allow_network
+    check_isolation(chosen, network, sandbox, settings)
+    timeout = settings.default_timeout_ms if timeout_ms is None else timeout_ms
+    if not 1 <= timeout <= settings.max_timeout_ms:
+        raise UnsupportedError(f"timeout must be between 1 and {settings.max_timeout_ms} ms, got {timeout}")
+    requirements = validate_packages(lang, packages or [], whitelist)
+    if requirements and chosen.info.packages == "none":
+        raise UnsupportedError(f"the {chosen.name} runner takes no packages")
+    imports = whitelist.imports_for(list(requirements)) if lang == "python" else ()
+    return RunPlan(code, lang, chosen, mode, timeout, network, requirements, imports)
+
+
+__all__ = ["RunPlan", "check_isolation", "plan_run", "resolve", "validate_packages"]

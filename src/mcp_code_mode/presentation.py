@@ -1,0 +1,120 @@
+"""What the MCP tools show about the engine: the payloads of ``get_execution_limits`` and
+``list_supported_languages``, and the runner and server lines of ``execute_code``'s description.
+
+The server layer's own module: it reads the engine's public facts (``CodeMode.runner_facts``, ``servers``,
+``settings``) and words them; no runner is named here, each says what it is (``RunnerInfo``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .discovery import first_sentence
+from .engine import CodeMode
+from .runners import LANGUAGE_ALIASES
+
+SERVER_EXAMPLES = 4
+"""Tool names shown per server in ``execute_code``'s description; the rest are found with search_tools."""
+
+
+def _languages() -> list[str]:
+    return sorted(set(LANGUAGE_ALIASES.values()))
+
+
+def execution_limits(engine: CodeMode) -> dict[str, Any]:
+    """The limits and the isolation in force on this host right now (``get_execution_limits``)."""
+    settings = engine.settings
+    facts = engine.runner_facts()
+    return {
+        "timeoutMs": {"default": settings.default_timeout_ms, "max": settings.max_timeout_ms},
+        "maxOutputChars": settings.max_output_chars,
+        "maxReturnValueChars": settings.max_output_chars,
+        "maxCodeBytes": settings.max_code_bytes,
+        "maxToolCallsPerRun": settings.max_tool_calls,
+        "admission": engine.admission.load(),
+        "network": {
+            "serverPolicy": "allowed" if settings.allow_network else "never",
+            "defaultForRuns": "allowed" if settings.allow_network else "off",
+            "offIsEnforced": engine.sandbox.network_enforced(),
+        },
+        "isolation": engine.sandbox.describe(),
+        "requireIsolation": settings.require_isolation,
+        "runners": {
+            f.info.name: {
+                "languages": list(f.info.languages),
+                "isolation": f.isolation,
+                "packages": f.info.packages,
+                "keepsOffNetwork": f.info.keeps_off_network,
+                **f.state,
+                "settings": f.settings,
+            }
+            for f in facts
+        },
+        "defaultRunner": {lang: engine.defaults.get(lang, "") for lang in _languages()},
+        "servers": engine.servers(),
+    }
+
+
+def supported_languages(engine: CodeMode) -> list[dict[str, Any]]:
+    """Each language with its runners, their isolation and package manager (``list_supported_languages``)."""
+    facts = engine.runner_facts()
+    out: list[dict[str, Any]] = []
+    for lang in _languages():
+        aliases = sorted(a for a, canonical in LANGUAGE_ALIASES.items() if canonical == lang)
+        mine = [f for f in facts if lang in f.info.languages]
+        runners = [
+            {
+                "name": f.info.name,
+                "isolation": f.isolation,
+                "default": lang in f.default_for,
+                "summary": f.info.summary,
+                "packageManager": f.info.package_manager,
+                **({"awaitableStubs": f.info.awaitable_stubs} if f.info.awaitable_stubs else {}),
+            }
+            for f in mine
+        ]
+        default = next((f for f in mine if lang in f.default_for), mine[0] if mine else None)
+        manager = default.info.package_manager if default else None
+        out.append({"language": lang, "aliases": aliases, "runners": runners, "packageManager": manager})
+    return out
+
+
+def describe_runners(engine: CodeMode) -> str:
+    """One line per runner for ``execute_code``'s description and its ``runner`` parameter."""
+    lines: list[str] = []
+    for f in engine.runner_facts():
+        default = f" (default for {', '.join(f.default_for)})" if f.default_for else ""
+        awaits = f"; {f.info.awaitable_stubs}" if f.info.awaitable_stubs else ""
+        lines.append(f'- runner="{f.info.name}"{default}: {f.info.summary}{awaits}')
+    return "Runners:\n" + "\n".join(lines)
+
+
+def runner_choices(engine: CodeMode) -> str:
+    """The ``runner`` parameter's description."""
+    parts = [
+        f"{f.info.name} ({', '.join(f.info.languages)}{', default' if f.default_for else ''})"
+        for f in engine.runner_facts()
+    ]
+    return "Runner: " + ", ".join(parts) + "."
+
+
+def describe_servers(engine: CodeMode) -> str:
+    """One line per server: namespace, summary, tool count and a few tool names. Small whatever the tool count."""
+    lines: list[str] = []
+    states = {s["name"]: s for s in engine.servers()}
+    for spec in engine.index.servers:
+        status = states.get(spec.name, {})
+        head = f"- {spec.namespace}"
+        if spec.description:
+            head += f": {first_sentence(spec.description, 100)}"
+        if status.get("state") != "ready":
+            reason = status.get("error") or status.get("state") or "unknown"
+            lines.append(f"{head} (not available: {first_sentence(str(reason), 120)})")
+            continue
+        names = ", ".join(t.func for t in spec.tools[:SERVER_EXAMPLES])
+        more = ", …" if len(spec.tools) > SERVER_EXAMPLES else ""
+        lines.append(f"{head} ({len(spec.tools)} tools: {names}{more})")
+    return "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
+
+
+__all__ = ["describe_runners", "describe_servers", "execution_limits", "runner_choices", "supported_languages"]

@@ -1,0 +1,298 @@
+"""Runs on pooled worker processes, composed from three parts instead of a subclass tree.
+
+- a **launcher** (``Launcher``: the sandbox decides argv, environment and workspace of a new worker for a
+  ``Profile``): ``zygote_launcher`` for the Python workers, ``command_launcher`` for a program that runs
+  user code itself (Deno);
+- a **dialect** (``Dialect``): the ``run`` message a worker understands, whether a worker serves more
+  than one run, and how to explain a worker that died;
+- the **pools** (``WorkerPools``): one ``WorkerPool`` (``_pool.py``) per profile, the least recently used
+  package environments' pools closed beyond a cap, and the one run loop (``serve_run`` of the bridge).
+
+A Python worker is a zygote (see ``sandboxed/worker.py``): it forks a fresh child for each run and never
+runs a script itself, so every run starts from a pristine interpreter and an empty workspace without
+paying start-up. A run that times out, or whose worker misbehaves, costs that worker: it is killed with
+everything it started, and a new one is started in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..bridge import ErrorDetail, RunResult, ToolDispatcher, serve_run
+from ..errors import RunnerError
+from ..sandbox import Profile, Sandbox, SandboxSpec
+from ._pool import Launcher, Worker, WorkerPool
+from .base import RunRequest, StubBundle
+
+logger = logging.getLogger(__name__)
+
+
+class Dialect(Protocol):
+    """What a kind of worker speaks and how it is used."""
+
+    reuse_workers: bool
+    """Whether a worker serves another run after a clean one (false: one run per worker process)."""
+    spawn_delay: float
+    """Seconds a pool waits before it starts a replacement worker (see ``WorkerPool.spawn_delay``)."""
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        """The sandbox profile a request's worker needs (network, package environment)."""
+        ...
+
+    def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
+        """The ``run`` message for this request."""
+        ...
+
+    def explain(self, result: RunResult, stderr_tail: str) -> None:
+        """Make a failure's error say what happened (out of memory, a promise that never settles)."""
+        ...
+
+
+def command_launcher(
+    sandbox: Sandbox,
+    argv: Sequence[str],
+    *,
+    reads: Callable[[], Sequence[str | Path]],
+    env: Mapping[str, str],
+    memory_mb: int | None = None,
+) -> Launcher:
+    """Launch ``argv``, a program that runs user code itself (a Deno worker), in the sandbox: its own
+    namespaces where they exist, ``reads()`` (evaluated at each launch) bound read-only, and the rlimits
+    of ``Limits.for_process`` applied before it starts."""
+
+    def launch(profile: Profile) -> SandboxSpec:
+        limits = sandbox.limits.for_process(memory_mb=memory_mb)
+        return sandbox.command_spec(argv, profile, reads=reads(), env=env, limits=limits)
+
+    return launch
+
+
+def python_worker_argv(kind: str, preload: Sequence[str] = ()) -> list[str]:
+    """The zygote script and its arguments (the sandbox adds the interpreter and its own flags)."""
+    worker = Path(__file__).with_name("sandboxed") / "worker.py"
+    return [str(worker), kind, "--preload", ",".join(preload)]
+
+
+def zygote_launcher(kind: str, sandbox: Sandbox, preload: Sequence[str] = ()) -> Launcher:
+    """Launch the Python zygote that runs scripts as ``kind`` (``local`` or ``cpython``)."""
+    argv = python_worker_argv(kind, preload)
+
+    def launch(profile: Profile) -> SandboxSpec:
+        spec = sandbox.spec(argv, profile)
+        spec.zygote = True
+        return spec
+
+    return launch
+
+
+class WorkerPools:
+    """The pools of one runner, one per profile, and the run loop on their workers.
+
+    The default profile's pool keeps ``pool_size`` workers warm; any other profile (network off, a package
+    environment) keeps one. At most ``max_environments`` profiles with a package environment keep a pool:
+    the least recently used one is closed (its workers killed) when another is needed.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        launcher: Launcher,
+        dialect: Dialect,
+        *,
+        sandbox: Sandbox,
+        pool_size: int,
+        default_profile: Profile,
+        max_environments: int = 4,
+    ) -> None:
+        self.label = label
+        self.sandbox = sandbox
+        self.dialect = dialect
+        self.max_environments = max_environments
+        self._launcher = launcher
+        self._pool_size = pool_size
+        self.default_profile = default_profile
+        self._pools: OrderedDict[Profile, WorkerPool] = OrderedDict()
+        self._stubs: StubBundle | None = None
+        self._tg: TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self.evicted = 0
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The pool of the default profile."""
+        return self.pool_for(self.default_profile)
+
+    def pool_for(self, profile: Profile) -> WorkerPool:
+        pool = self._pools.get(profile)
+        if pool is not None:
+            self._pools.move_to_end(profile)
+            return pool
+        size = self._pool_size if profile == self.default_profile else min(self._pool_size, 1)
+        pool = WorkerPool(
+            self._launcher, size=size, label=f"{self.label} {profile}", profile=profile, release=self.sandbox.release
+        )
+        pool.spawn_delay = self.dialect.spawn_delay
+        if self._stubs is not None:
+            pool.set_stubs(self._stubs)
+        self._pools[profile] = pool
+        if self._tg is not None:
+            self._tg.start_soon(pool.start, self._tg)
+        self._evict()
+        return pool
+
+    def _evict(self) -> None:
+        """Close the least recently used environments' pools beyond the cap (never one in use)."""
+        environments = [p for p in self._pools if p.environment is not None]
+        for profile in environments[: max(0, len(environments) - self.max_environments)]:
+            pool = self._pools[profile]
+            if pool.busy:
+                continue
+            del self._pools[profile]
+            self.evicted += 1
+            logger.info("%s: closing the warm workers of %s (least recently used)", self.label, profile)
+            if self._tg is not None:
+                self._tg.start_soon(pool.aclose)
+
+    @property
+    def environments(self) -> int:
+        """Package environments with a warm pool now."""
+        return sum(1 for p in self._pools if p.environment is not None)
+
+    def resize(self, size: int) -> None:
+        self._pool_size = size
+        self.pool.resize(size)
+
+    async def start(self) -> None:
+        stack = contextlib.AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        for pool in list(self._pools.values()):
+            await pool.start(self._tg)
+
+    @property
+    def task_group(self) -> TaskGroup | None:
+        return self._tg
+
+    async def start_default(self) -> None:
+        """Start the default profile's pool (``start`` must have run)."""
+        assert self._tg is not None
+        await self.pool.start(self._tg)
+
+    async def aclose(self) -> None:
+        for pool in list(self._pools.values()):
+            await pool.aclose()
+        if self._stack is not None:
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    async def ready(self) -> None:
+        await self.pool.ready()
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        self._stubs = stubs
+        for pool in self._pools.values():
+            pool.set_stubs(stubs)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "warmWorkers": self.pool.warm if self.default_profile in self._pools else 0,
+            "poolSize": self._pool_size,
+            "warmEnvironments": self.environments,
+            "maxWarmEnvironments": self.max_environments,
+        }
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any] = {}) -> RunResult:
+        """Run on a pooled worker; ``extra`` fields are added to the ``run`` message.
+
+        The run's channel is served by the bridge's host loop (``serve_run``), which believes nothing
+        but the run's own ``call``, ``output`` and ``done``. The worker goes back to its pool only when
+        it is a zygote (``reuse_workers``) that reports the run's end and says ``ready`` again.
+        """
+        pool = self.pool_for(self.dialect.profile_for(request))
+        worker = await pool.acquire()
+        started = time.perf_counter()
+        clean = done = False
+        try:
+            if worker.zygote and worker.stubs_version != request.stubs.version:
+                if not await worker.prepare(request.stubs):
+                    raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
+            channel = worker.run_channel()
+            await worker.send({**self.dialect.run_message(request, worker), **extra})
+            worker.stubs_version = request.stubs.version
+            hosted = await serve_run(
+                channel,
+                dispatcher,
+                timeout=request.timeout,
+                max_output=request.max_output,
+                on_output=request.on_output,
+            )
+            result = hosted.outcome
+            if hosted.ended == "done":
+                done = True
+                clean = worker.zygote
+                self._explain_memory(result)
+            elif hosted.ended == "closed":
+                result.error = (await self._died(worker)).error
+                clean = worker.zygote and worker.exit_status is not None
+        except RunnerError as exc:
+            result = RunResult(success=False, error=ErrorDetail("RunnerError", str(exc)))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            result = await self._died(worker)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await worker.drop_channel()  # nothing more is read from this run
+                if done and not worker.zygote:
+                    # A one-run worker after its done: killed now, reaped by the pool after the answer.
+                    worker.signal()
+                elif not clean:
+                    # Kill now, before answering: nothing the script started may outlive its run.
+                    await worker.kill()
+            pool.release(worker, clean=clean and self.dialect.reuse_workers)
+        result.execution_time = round((time.perf_counter() - started) * 1000)
+        return result
+
+    def _explain_memory(self, result: RunResult) -> None:
+        error = result.error
+        if error is not None and error.type == "MemoryError" and not error.message:
+            error.message = f"out of memory: a run may use {self.sandbox.limits.memory_mb} MB"
+
+    async def _died(self, worker: Worker) -> RunResult:
+        """The run's channel closed before ``done``: say how its process ended (a zygote reports it)."""
+        status = await worker.await_exit() if worker.zygote else None
+        if status is None:
+            with anyio.move_on_after(2):
+                await worker.process.wait()
+            code = worker.process.returncode
+            status = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            message = f"the worker process ended ({status}) before the run finished"
+        else:
+            message = f"the script's process ended ({status}) before the run finished"
+        detail = worker.stderr_tail()
+        if detail:
+            message += f": {detail[-1500:]}"
+        result = RunResult(success=False, error=ErrorDetail("WorkerDied", message))
+        self.dialect.explain(result, detail)
+        return result
+
+
+__all__ = [
+    "Dialect",
+    "Launcher",
+    "Worker",
+    "WorkerPool",
+    "WorkerPools",
+    "command_launcher",
+    "python_worker_argv",
+    "zygote_launcher",
+]

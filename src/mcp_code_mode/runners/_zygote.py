@@ -1,0 +1,135 @@
+"""Runners whose worker is the Python zygote (``sandboxed/worker.py``): ``local`` and ``cpython``.
+
+One class, parametrised by the plug-in's ``RunnerInfo`` and the zygote's ``kind``; the difference between
+the two is inside the sandbox (``kind`` selects the interpreter) and in what ``authorized_imports`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..bridge import RunResult, ToolDispatcher
+from ..sandbox import Profile, Sandbox
+from ..validate import check_python
+from ._pool import Worker, WorkerPool
+from ._pooled import WorkerPools, zygote_launcher
+from .base import CheckRequest, RunnerInfo, RunRequest, StubBundle
+
+
+class ZygoteDialect:
+    """The ``run`` message of the Python zygote; a zygote serves run after run."""
+
+    reuse_workers = True
+    spawn_delay = 0.0
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def profile_for(self, request: RunRequest) -> Profile:
+        return Profile(network=request.allow_network, environment=request.environment, preload=request.preload)
+
+    def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "op": "run",
+            "code": request.code,
+            "max_output": request.max_output,
+            "namespaces": list(request.stubs.namespaces),
+            "imports": list(request.authorized_imports),
+            "version": request.stubs.version,
+            "limits": self.sandbox.limits.for_run(request.timeout),
+        }
+        if not worker.zygote and worker.stubs_version != request.stubs.version:
+            message["stubs"] = request.stubs.source
+        return message
+
+    def explain(self, result: RunResult, stderr_tail: str) -> None:
+        return None
+
+
+class ZygoteRunner:
+    """A runner on the Python zygote's warm workers."""
+
+    def __init__(
+        self,
+        info: RunnerInfo,
+        *,
+        kind: str,
+        sandbox: Sandbox,
+        pool_size: int,
+        default_profile: Profile,
+        preload: tuple[str, ...] = (),
+        imports: Callable[[tuple[str, ...]], tuple[str, ...] | None] = lambda _: None,
+        extra_check: Callable[[str], list[dict[str, Any]]] | None = None,
+        max_environments: int = 4,
+    ) -> None:
+        self.info = info
+        self.sandbox = sandbox
+        self._imports = imports
+        self._extra_check = extra_check
+        self.workers = WorkerPools(
+            info.name,
+            zygote_launcher(kind, sandbox, preload),
+            ZygoteDialect(sandbox),
+            sandbox=sandbox,
+            pool_size=pool_size,
+            default_profile=default_profile,
+            max_environments=max_environments,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.info.languages
+
+    @property
+    def stub_language(self) -> str:
+        return self.info.stub_language
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.workers.pool
+
+    @property
+    def isolation(self) -> str:
+        extra = "+interpreter" if self.info.keeps_off_network else ""
+        return self.sandbox.isolation + extra
+
+    def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
+        return self._imports(package_imports)
+
+    async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
+        allowed = self.authorized_imports(request.package_imports)
+        checked = await check_python(request.code, request.index, allowed, max_bytes=request.max_bytes)
+        findings: list[dict[str, Any]] = list(checked.get("findings", []))
+        if self._extra_check is not None and not any(f.get("kind") in ("syntax", "size") for f in findings):
+            findings.extend(self._extra_check(request.code))
+        return sorted(findings, key=lambda f: (f.get("line") or 0, f.get("column") or 0))
+
+    def identity(self) -> dict[str, str]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return self.workers.describe()
+
+    async def start(self) -> None:
+        await self.workers.start()
+        await self.workers.start_default()
+
+    async def aclose(self) -> None:
+        await self.workers.aclose()
+
+    async def ready(self) -> None:
+        await self.workers.ready()
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        self.workers.set_stubs(stubs)
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        return await self.workers.run(request, dispatcher)
+
+
+__all__ = ["ZygoteDialect", "ZygoteRunner"]
