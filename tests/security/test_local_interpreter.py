@@ -46,7 +46,7 @@ async def test_generator_frames_and_code_are_refused(attacked: CodeMode, planted
 
 
 async def test_an_async_def_is_refused_so_no_coroutine_frame_exists(attacked: CodeMode, planted: Planted) -> None:
-    await _refused(attacked, planted, "async def f():\n    pass\nf().cr_frame", "AsyncFunctionDef is not supported")
+    await _refused(attacked, planted, "async def f():\n    pass\nf().cr_frame", "`async def` is not supported")
 
 
 @pytest.mark.parametrize("name", ["cr_frame", "ag_frame", "tb_frame", "tb_next", "f_back", "f_globals"])
@@ -294,3 +294,50 @@ async def test_classes_calling_a_base_init_and_enums_still_work(attacked: CodeMo
     result = await attacked.execute(code, runner="local")
     assert result.success, result.error
     assert result.return_value == [4, 1, "RED", 1]
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("class A:\n    pass\nsuper(A, A()).__class__", "Forbidden access to dunder attribute: __class__"),
+        ("super(type, type).__subclasses__()", "Forbidden access to dunder attribute: __subclasses__"),
+        ("class A:\n    def m(self):\n        return super().__getattribute__('x')\nA().m()", "__getattribute__"),
+        (
+            "def d(f):\n    return f.__globals__\n@d\ndef g():\n    pass",
+            "Forbidden access to dunder attribute: __globals__",
+        ),
+        ("def d(f):\n    return getattr(f, '__closure__')\n@d\ndef g():\n    pass", "__closure__"),
+        ("class A:\n    pass\ndef d(c):\n    return c.__subclasses__()\n@d\nclass B(A):\n    pass", "__subclasses__"),
+        (
+            "import random\nclass R(random.Random):\n    def m(self):\n        return super()._randbelow(3)\nR().m()",
+            "private",
+        ),
+    ],
+    ids=[
+        "super_dunder",
+        "super_of_type",
+        "super_getattribute",
+        "decorator_globals",
+        "decorator_closure",
+        "class_decorator",
+        "super_private",
+    ],
+)
+async def test_super_and_decorators_reach_nothing_a_plain_call_cannot(
+    attacked: CodeMode, planted: Planted, code: str, expected: str
+) -> None:
+    await _refused(attacked, planted, code, expected)
+
+
+async def test_print_cannot_write_to_a_file_object(attacked: CodeMode, planted: Planted) -> None:
+    code = "f = open('out.txt', 'w')\nprint('x', file=f)"
+    await _refused(attacked, planted, code, "unsupported keyword arguments: file")
+
+
+async def test_a_dataclass_by_decorator_keeps_the_field_name_guard(attacked: CodeMode, planted: Planted) -> None:
+    code = (
+        "import dataclasses\n"
+        "def named(c):\n    c.__annotations__['a=print(1) or 1'] = int\n    return c\n"
+        "@dataclasses.dataclass\n@named\nclass X:\n    pass"
+    )
+    await _refused(attacked, planted, code, "__annotations__")

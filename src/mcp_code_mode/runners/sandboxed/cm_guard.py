@@ -19,6 +19,8 @@ import types
 import weakref
 from typing import Any
 
+from cm_semantics import install as install_semantics
+
 INTERNALS = frozenset(
     {
         *("gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended"),
@@ -352,6 +354,7 @@ def harden_interpreter() -> None:
 
     from smolagents import local_python_executor as lpe
 
+    install_semantics()  # first: the checks below wrap the corrected evaluators
     _formatter = _make_formatter()
     # dataclass compiles field names into code: patched in this (sandbox) process, so make_dataclass and
     # every other path to it are guarded (it refuses only what would not compile).

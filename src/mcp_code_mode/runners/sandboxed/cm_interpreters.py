@@ -12,8 +12,10 @@ import os
 import sys
 import traceback
 import types
+import warnings
 from typing import Any
 
+from cm_constructs import refusal, unsupported
 from cm_guard import harden_interpreter, run_imports
 from cm_protocol import FinalAnswer, Output, ToolError, error_info, syntax_error
 
@@ -91,8 +93,14 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
     run_imports[:] = imports
     try:
         tree = ast.parse(code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(tree, "<script>", "exec")  # the compiler's own checks (`return` outside a function ...); not run
     except SyntaxError as exc:
         return {"success": False, "error": syntax_error(exc)}
+    findings = unsupported(code)
+    if findings:  # refused before any line runs: no side effect first
+        return {"success": False, "error": refusal(code, findings)}
 
     def final_answer(value: Any = None) -> Any:
         raise FinalAnswer(value)
@@ -100,6 +108,7 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
     static_tools = {
         **lpe.BASE_PYTHON_TOOLS,
         "open": confined_open(workspace),
+        **{f.__name__: f for f in (repr, staticmethod, classmethod, property)},
         "final_answer": final_answer,
         "ToolError": ToolError,
         **tools,
