@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.engine import CodeMode, RunResult
 
 from ..fixtures.loopback import Listener
 from .conftest import Planted, assert_nothing_leaked
@@ -157,10 +157,6 @@ async def test_escape_attempt_achieves_nothing(
     assert after.success and after.output == "next run\n", after.error
 
 
-async def test_there_are_at_least_forty_escape_tests() -> None:
-    assert len(TECHNIQUES) * 2 >= 40
-
-
 async def test_a_network_attempt_fails_at_once_with_a_clear_error(attacked: CodeMode, listener: Listener) -> None:
     code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener.port}), timeout=20)"
     result = await attacked.execute(code, runner="cpython", allow_networking=False)
@@ -217,7 +213,10 @@ async def test_another_runs_workspace_is_invisible(attacked: CodeMode, planted: 
     import anyio
 
     marker = planted.file + "-in-another-workspace"
-    holder = f"open('held.txt', 'w').write({marker!r})\nimport time\ntime.sleep(4)\nprint('held')"
+    holder = (
+        f"open('held.txt', 'w').write({marker!r})\nprint('holding', flush=True)\n"
+        "import time\ntime.sleep(30)\nprint('held')"
+    )
     seeker = (
         "import os\nseen, found = 0, False\n"
         "for root, dirs, files in os.walk('/'):\n"
@@ -231,15 +230,26 @@ async def test_another_runs_workspace_is_invisible(attacked: CodeMode, planted: 
         "print(seen)\n"
         "found"
     )
-    results = {}
+    holding = anyio.Event()
+    output: list[str] = []
+    results: list[RunResult] = []
 
-    async def hold() -> None:
-        results["holder"] = await attacked.execute(holder, runner="cpython")
+    async def on_output(text: str) -> None:
+        output.append(text)
+        if "holding" in "".join(output):
+            holding.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(hold)
-        await anyio.sleep(1.0)
-        results["seeker"] = await attacked.execute(seeker, runner="cpython", timeout_ms=20000)
-    assert results["holder"].success and results["holder"].files[0].path == "held.txt"
-    assert results["seeker"].success, results["seeker"].error
-    assert results["seeker"].return_value is False
+    async def hold(cancel: anyio.CancelScope) -> None:
+        with cancel:
+            await attacked.execute(holder, runner="cpython", on_output=on_output, timeout_ms=60000)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            cancel = anyio.CancelScope()
+            tg.start_soon(hold, cancel)
+            await holding.wait()  # the holder's file exists now, in its own workspace, for as long as it sleeps
+            results.append(await attacked.execute(seeker, runner="cpython", timeout_ms=20000))
+            cancel.cancel()  # the holder's worker is killed; it never prints 'held'
+    assert results[0].success, results[0].error
+    assert results[0].return_value is False
+    assert "".join(output) == "holding\n"  # the holder was still running, its file in place, all along
