@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,42 @@ def test_the_shipped_config_is_valid_and_uses_the_filesystem_server_on_workspace
     fs = servers["filesystem"]
     assert "@modelcontextprotocol/server-filesystem" in fs.args
     assert "./workspace" in fs.args
+
+
+def test_a_misspelt_field_of_a_server_names_the_server_the_field_and_the_nearest_valid_one() -> None:
+    message = error_of('{"servers": {"fs": {"command": "x", "arg": ["-y"], "enviroment": {"A": "1"}}}}')
+    assert message.splitlines() == [
+        "cfg.json: server 'fs': unknown field 'arg' (did you mean 'args'?)",
+        "cfg.json: server 'fs': unknown field 'enviroment' (did you mean 'env'?)",
+    ]
+
+
+def test_an_unknown_field_far_from_any_valid_one_lists_the_valid_fields() -> None:
+    message = error_of('{"servers": {"fs": {"command": "x", "colour": "red"}}}')
+    assert "server 'fs': unknown field 'colour' (valid: command, args, env, cwd, url, headers, type" in message
+
+
+def test_every_documented_field_is_accepted() -> None:
+    entry = {
+        "command": "x",
+        "args": ["a"],
+        "env": {"A": "1"},
+        "cwd": ".",
+        "type": "stdio",
+        "disabled": False,
+        "timeout": 5,
+        "startupTimeout": 9,
+        "description": "d",
+    }
+    http = {"url": "https://example.invalid/mcp", "headers": {"A": "b"}, "transport": "http"}
+
+    servers = parse(json.dumps({"servers": {"a": entry, "b": http, "c": {"command": "y", "startup_timeout": 3}}}))
+    assert servers["a"].startup_timeout == 9 and servers["c"].startup_timeout == 3
+    assert servers["b"].headers == {"A": "b"}
+
+
+def test_an_unknown_top_level_key_names_the_nearest_valid_one_and_vs_code_inputs_are_accepted() -> None:
+    assert error_of('{"mcpServer": {}}').splitlines()[0] == (
+        "cfg.json: unknown top-level key 'mcpServer' (did you mean 'mcpServers'?)"
+    )
+    assert parse('{"$schema": "x", "inputs": [], "servers": {"a": {"command": "x"}}}').keys() == {"a"}

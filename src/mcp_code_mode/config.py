@@ -3,7 +3,8 @@
 The servers file accepts the ``servers`` key (VS Code) and the ``mcpServers`` key (Claude Desktop).
 An entry is stdio (``command``, ``args``, ``env``, ``cwd``) or streamable HTTP (``url``,
 ``headers``); either may set ``disabled``, ``timeout`` (seconds, for start-up and each call),
-``startupTimeout`` (seconds, start-up only) and ``description``.
+``startupTimeout`` (seconds, start-up only) and ``description``. Any other field (or top-level key besides
+``servers``, ``mcpServers``, VS Code's ``inputs`` and ``$schema``) is an error naming the nearest valid one.
 
 String values may use ``${VAR}`` and ``${VAR:-default}``; variables come from the process
 environment, then from ``.env``; ``${CONFIG_DIR}`` is the directory of the servers file. Expansion
@@ -16,6 +17,7 @@ every one with its default.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -47,7 +49,7 @@ _TRANSPORT_ALIASES = {
 class ServerConfig(BaseModel):
     """One downstream MCP server, as written in the servers file (before ``${VAR}`` expansion)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True)
 
     name: str
     """The entry's key in the file; the server's namespace in scripts is made from it."""
@@ -342,11 +344,72 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+SERVER_FIELDS = (
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "type",
+    "transport",
+    "disabled",
+    "timeout",
+    "startupTimeout",
+    "description",
+)
+"""The fields a server entry may have (``startup_timeout`` is accepted for ``startupTimeout``)."""
+TOP_LEVEL_KEYS = ("servers", "mcpServers", "inputs", "$schema")
+"""The keys the servers file may have at the top level; VS Code's ``inputs`` and ``$schema`` are ignored."""
+
+
+_LONG_NAMES = {
+    "environment": "env",
+    "arguments": "args",
+    "argv": "args",
+    "cmd": "command",
+    "endpoint": "url",
+    "workdir": "cwd",
+    "working_directory": "cwd",
+    "workingDirectory": "cwd",
+    "enabled": "disabled",
+    "startupTimeoutSeconds": "startupTimeout",
+}
+"""Spelt-out names people write for a field, so that a typo of one still finds the field."""
+
+
+def _nearest(key: str, valid: tuple[str, ...]) -> str | None:
+    candidates = {v.lower(): v for v in valid} | {
+        long.lower(): short for long, short in _LONG_NAMES.items() if short in valid
+    }
+    near = difflib.get_close_matches(key.lower(), list(candidates), n=1, cutoff=0.6)
+    return candidates[near[0]] if near else None
+
+
+def _unknown_keys(keys: object, valid: tuple[str, ...], where: str, what: str) -> list[str]:
+    """One problem per key not in ``valid``, naming the nearest valid one (a typo) or listing them all."""
+    problems: list[str] = []
+    for key in [str(k) for k in keys] if isinstance(keys, dict) else []:  # pyright: ignore[reportUnknownVariableType]
+        if key in valid:
+            continue
+        nearest = _nearest(key, valid)
+        if nearest is not None:
+            problems.append(f"{where}: unknown {what} {key!r} (did you mean {nearest!r}?)")
+        else:
+            problems.append(f"{where}: unknown {what} {key!r} (valid: {', '.join(valid)})")
+    return problems
+
+
 def _parse_entry(name: str, raw: object, base_dir: Path) -> tuple[ServerConfig | None, list[str]]:
     where = f"server {name!r}"
     if not isinstance(raw, dict):
         return None, [f"{where}: must be an object, got {type(raw).__name__}"]
     entry: dict[str, Any] = dict(raw)  # pyright: ignore[reportUnknownArgumentType]
+    if "startup_timeout" in entry and "startupTimeout" not in entry:
+        entry["startupTimeout"] = entry.pop("startup_timeout")
+    unknown = _unknown_keys(entry, SERVER_FIELDS, where, "field")
+    if unknown:
+        return None, unknown
     declared = entry.pop("type", None)
     if declared is None:
         declared = entry.pop("transport", None)
@@ -390,9 +453,12 @@ def parse_servers(text: str, *, source: str, base_dir: Path) -> dict[str, Server
         raise ConfigError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be an object with a 'servers' or 'mcpServers' key")
+    top_level = _unknown_keys(data, TOP_LEVEL_KEYS, source, "top-level key")
     present = [key for key in ("servers", "mcpServers") if key in data]
     if not present:
-        raise ConfigError(f"{source}: no 'servers' or 'mcpServers' key at the top level")
+        top_level.append(f"{source}: no 'servers' or 'mcpServers' key at the top level")
+    if top_level:
+        raise ConfigError("\n".join(top_level))
     if len(present) == 2:
         raise ConfigError(f"{source}: has both 'servers' and 'mcpServers'; use one")
     entries = data[present[0]]
