@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import pytest
 
-from mcp_code_mode.runners.process import python_worker_argv
+from mcp_code_mode.runners._pooled import python_worker_argv
 
 STUBS = "def add(a, b):\n    return _call('fixture', 'add', {'a': a, 'b': b}, {})\n"
 
@@ -166,3 +166,14 @@ def test_a_run_holds_no_channel_of_the_zygote_and_its_forged_ready_goes_nowhere(
     assert zygote.control()["op"] == "exit"
     ready = zygote.ready()
     assert ready["child"] != 1 and ready["child"] != os.getpid()
+
+
+@pytest.mark.parametrize("zygote", ["local", "cpython"], indirect=True)
+def test_a_return_value_past_the_cap_is_the_start_of_its_json_and_counts_as_dropped(zygote: Zygote) -> None:
+    zygote.send(_run("print('x' * 1500)\n'y' * 5000"))  # max_output 1000
+    messages = zygote.until_done()
+    done = messages[-1]
+    assert done["success"], done
+    assert done["returnValue"] == '"' + "y" * 999
+    assert "".join(m["data"] for m in messages if m["op"] == "output") == "x" * 1000
+    assert done["dropped"] == 501 + 1  # the output's 500 characters and the newline past the cap, and the value

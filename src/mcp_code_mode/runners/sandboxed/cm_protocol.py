@@ -1,6 +1,8 @@
-"""The worker's side of the bridge: messages, captured output, and the values and errors it reports.
+"""The zygote's side of the bridge: its channels, and a run's printed output sent on its run channel.
 
-Part of the program that runs inside the sandbox (see ``worker.py``): standard library only.
+Part of the program that runs inside the sandbox (see ``worker.py``): standard library only. What a
+script sees and how a run is reported (``ToolError``, ``jsonable``, the output's cap and flush rule) are
+``cm_runtime``'s, shared with the pyodide runner; they are re-exported here for ``cm_interpreters``.
 """
 
 from __future__ import annotations
@@ -12,24 +14,30 @@ import threading
 import time
 from typing import Any
 
-CHUNK_CHARS = 8192
-FLUSH_SECONDS = 0.05
+from cm_runtime import (
+    CHUNK_CHARS,
+    FLUSH_SECONDS,
+    FinalAnswer,
+    OutputBuffer,
+    ToolError,
+    error_info,
+    jsonable,
+    syntax_error,
+    tool_arguments,
+    tool_result,
+)
 
-
-class ToolError(Exception):
-    """A downstream tool failed; ``server``, ``tool`` and the server's ``message`` are attributes."""
-
-    def __init__(self, message: str, server: str | None = None, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.server = server
-        self.tool = tool
-
-
-class FinalAnswer(BaseException):
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
+__all__ = [
+    "CHUNK_CHARS",
+    "FLUSH_SECONDS",
+    "Channel",
+    "FinalAnswer",
+    "Output",
+    "ToolError",
+    "error_info",
+    "jsonable",
+    "syntax_error",
+]
 
 
 class Channel:
@@ -84,38 +92,38 @@ class Channel:
     def call(self, server: str, tool: str, arguments: Any) -> Any:
         if self.output is not None:
             self.output.flush()
-        try:
-            json.dumps(arguments, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"arguments of {server}.{tool} must be JSON values: {exc}") from None
+        tool_arguments(server, tool, arguments)
         self._next_id += 1
         self.send({"op": "call", "id": self._next_id, "server": server, "tool": tool, "arguments": arguments})
-        reply = self.receive()
-        if "error" in reply:
-            err = reply["error"]
-            raise ToolError(err.get("message", "tool failed"), err.get("server"), err.get("tool"))
-        return reply.get("value")
+        return tool_result(self.receive())
 
 
 class Output(io.TextIOBase):
-    """Printed text: kept up to a cap, sent to the host in chunks as it is printed.
+    """Printed text: the run's ``OutputBuffer`` (cap and flush rule), sent on the run channel.
 
-    A chunk goes out when it reaches ``CHUNK_CHARS``, and a flusher thread sends whatever is pending
-    every ``FLUSH_SECONDS``, so a line printed before a long sleep or computation arrives at once.
-    It is also the script's ``sys.stdout`` and ``sys.stderr`` under the cpython runner.
+    A flusher thread also sends whatever is pending every ``FLUSH_SECONDS``, so a line printed before a
+    long sleep or computation arrives at once. It is the script's ``sys.stdout`` and ``sys.stderr``
+    under the cpython runner, and the ``print`` target of the local one.
     """
 
     encoding = "utf-8"
 
     def __init__(self, channel: Channel, cap: int) -> None:
         self._channel = channel
-        self.cap = cap
-        self._used = 0
-        self._pending: list[str] = []
-        self._pending_chars = 0
+        self._buffer = OutputBuffer(self._send, cap)
         self._lock = threading.Lock()
-        self.dropped = 0
         self._armed = threading.Event()
+
+    @property
+    def cap(self) -> int:
+        return self._buffer.cap
+
+    @property
+    def dropped(self) -> int:
+        return self._buffer.dropped
+
+    def _send(self, text: str) -> None:  # with the lock held
+        self._channel.send({"op": "output", "data": text})
 
     def start_flusher(self) -> None:
         """Start the flusher thread; it waits, idle, until ``arm`` gives the cap."""
@@ -129,7 +137,7 @@ class Output(io.TextIOBase):
         threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
 
     def arm(self, cap: int) -> None:
-        self.cap = cap
+        self._buffer.cap = cap
         self._armed.set()
 
     def writable(self) -> bool:
@@ -142,19 +150,7 @@ class Output(io.TextIOBase):
         if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
-            room = self.cap - self._used
-            if room <= 0:
-                self.dropped += len(text)
-                return len(text)
-            if len(text) > room:
-                self.dropped += len(text) - room
-                text = text[:room]
-            self._used += len(text)
-            self._pending.append(text)
-            self._pending_chars += len(text)
-            if self._pending_chars >= CHUNK_CHARS:
-                self._flush_locked()
-        return len(text)
+            return self._buffer.write(text)
 
     def __iadd__(self, text: str) -> Output:  # smolagents' print does `state["_print_outputs"] += text`
         self.write(str(text))
@@ -162,43 +158,13 @@ class Output(io.TextIOBase):
 
     def flush(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
         with self._lock:
-            self._flush_locked()
+            self._buffer.flush()
 
     def finish(self, message: dict[str, Any]) -> None:
         """Send what is pending and then ``message`` (the run's ``done``) in one write."""
         with self._lock:
-            self._flush_locked(message)
-
-    def _flush_locked(self, *then: dict[str, Any]) -> None:
-        messages = [{"op": "output", "data": "".join(self._pending)}] if self._pending else []
-        self._pending, self._pending_chars = [], 0
-        if messages or then:
-            self._channel.send(*messages, *then)
+            text = self._buffer.take()
+            self._channel.send(*([{"op": "output", "data": text}] if text else []), message)
 
     def __str__(self) -> str:
         return ""
-
-
-def jsonable(value: Any, cap: int) -> tuple[Any, bool]:
-    """The value as JSON (else its repr), and whether it had to be cut to ``cap`` characters."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        value = text = repr(value)
-    if len(text) <= cap:
-        return value, False
-    return text[:cap], True
-
-
-def error_info(exc: BaseException, line: int | None, traceback: str | None = None) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "line": line, "traceback": traceback}
-
-
-def syntax_error(exc: SyntaxError) -> dict[str, Any]:
-    where = f" (line {exc.lineno}, column {exc.offset})" if exc.lineno else ""
-    return {
-        "type": "SyntaxError",
-        "message": f"{exc.msg}{where}",
-        "line": exc.lineno,
-        "traceback": (exc.text or "").rstrip() or None,
-    }

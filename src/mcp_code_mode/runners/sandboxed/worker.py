@@ -36,7 +36,7 @@ import stat
 import sys
 from typing import Any
 
-# The sibling modules (cm_protocol, cm_interpreters) are found next to this file, in or out of a sandbox.
+# The sibling modules (cm_runtime, cm_protocol, ...) are found next to this file, in or out of a sandbox.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cm_interpreters import import_interpreter, patch_line_tracking, run_cpython, run_local
@@ -51,7 +51,8 @@ from cm_os import (
     set_name,
     yield_to_the_server,
 )
-from cm_protocol import Channel, Output, jsonable
+from cm_protocol import Channel, Output
+from cm_runtime import DEFAULT_MAX_OUTPUT, jsonable, list_files
 
 
 def _wipe(directory: str) -> None:
@@ -123,7 +124,8 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     limits = message.get("limits")
     if isinstance(limits, dict):
         apply_limits({str(k): int(v) for k, v in limits.items()})
-    output.arm(int(message.get("max_output", 100_000)))
+    cap = int(message.get("max_output", DEFAULT_MAX_OUTPUT))
+    output.arm(cap)
     run.output = output
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
@@ -136,26 +138,10 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         result = run_cpython(message["code"], tools, output)
     else:
         result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
-    cap = int(message.get("max_output", 100_000))
     result["returnValue"], cut = jsonable(result.pop("value", None), cap)
-    result["files"] = _list_files(workspace)
+    result["files"] = list_files(workspace)
     result["dropped"] = output.dropped + (1 if cut else 0)
     output.finish({"op": "done", **result})  # the last output and done in one write
-
-
-def _list_files(workspace: str, limit: int = 200) -> list[dict[str, Any]]:
-    files: list[dict[str, Any]] = []
-    for dirpath, dirnames, filenames in os.walk(workspace):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            try:
-                files.append({"path": os.path.relpath(path, workspace), "size": os.lstat(path).st_size})
-            except OSError:
-                continue
-            if len(files) >= limit:
-                return files
-    return files
 
 
 def _arguments() -> argparse.Namespace:
