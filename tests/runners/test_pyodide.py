@@ -7,6 +7,8 @@ Deno processes restoring Pyodide from the cached memory snapshot.
 from __future__ import annotations
 
 import json
+import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,55 @@ async def test_stubs_are_awaitable_in_async_code_and_gather_runs_them_together(e
     assert result.tool_calls == 5
 
 
+ADDS = "[r['result'] for r in results]"
+
+
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [
+        (
+            f"import asyncio\nresults = await asyncio.gather(*[fixture.add(a=i, b=1) for i in range(3)])\n{ADDS}",
+            [1, 2, 3],
+        ),
+        (
+            f"import asyncio\nresults = await asyncio.gather(*(fixture.add(a=i, b=2) for i in range(3)))\n{ADDS}",
+            [2, 3, 4],
+        ),
+        (
+            "import asyncio\nasync def many(n):\n"
+            "    return await asyncio.gather(*[fixture.add(a=i, b=3) for i in range(n)])\n"
+            f"results = await many(3)\n{ADDS}",
+            [3, 4, 5],
+        ),
+        ("import asyncio\nfirst = fixture.add(a=1, b=1)\nawait asyncio.sleep(0)\nfirst['result']", 2),
+        (
+            "import asyncio\ndef plain(i):\n    return fixture.add(a=i, b=i)['result']\n"
+            "await asyncio.sleep(0)\n[plain(2), plain(3)]",
+            [4, 6],
+        ),
+        (
+            "results = [fixture.add(a=i, b=0) for i in range(2)]\n"
+            "results[1]['result'] + (await fixture.add(a=5, b=5))['result']",
+            11,
+        ),
+    ],
+    ids=[
+        "top-level gather of a list comprehension",
+        "top-level gather of a generator expression",
+        "gather inside async def",
+        "plain call at top level of a script that awaits",
+        "call inside a plain def called at top level",
+        "comprehension without await and an awaited call",
+    ],
+)
+async def test_a_stub_call_is_awaitable_inside_async_def_and_inside_a_top_level_await_only(
+    engine: CodeMode, code: str, value: Any
+) -> None:
+    result = await engine.execute(code, runner="pyodide")
+    assert result.success, result.error
+    assert result.return_value == value
+
+
 async def test_the_full_language_runs_which_the_local_interpreter_refuses(engine: CodeMode) -> None:
     code = (
         "import os, sys, dataclasses\n"
@@ -153,6 +204,55 @@ async def test_output_is_capped_and_marked_truncated(engine: CodeMode) -> None:
     assert result.truncated
     assert len(result.output) == cap
     assert not (await engine.execute("print('ok')")).truncated
+
+
+@pytest.mark.parametrize(
+    "pause",
+    [
+        "time.sleep(2)",
+        "t = time.monotonic()\nwhile time.monotonic() - t < 2:\n    pass",
+        "import asyncio\nawait asyncio.sleep(2)",
+        "def spin(until):\n    while time.monotonic() < until:\n        pass\nspin(time.monotonic() + 2)",
+    ],
+    ids=["time.sleep", "busy loop", "asyncio.sleep", "busy function"],
+)
+async def test_printed_output_reaches_the_host_while_the_script_pauses_or_computes(
+    engine: CodeMode, pause: str
+) -> None:
+    """Lines printed just after another (within the flush interval) and then a pause of two seconds
+    reach ``on_output`` at once, not with the next print."""
+    chunks: list[tuple[float, str]] = []
+
+    async def on_output(text: str) -> None:
+        chunks.append((time.monotonic(), text))
+
+    code = f"import time\nprint('first')\nprint('a')\n{pause}\nprint('b')"
+    with anyio.fail_after(30):
+        result = await engine.execute(code, runner="pyodide", on_output=on_output)
+    assert result.success, result.error
+    assert result.output == "first\na\nb\n"
+    first_a = next(at for at, text in chunks if "a" in text)
+    first_b = next(at for at, text in chunks if "b" in text)
+    assert first_b - first_a >= 1.7, f"'a' came {first_b - first_a:.2f} s before 'b': {chunks}"
+
+
+async def test_a_return_value_past_the_cap_is_cut_in_the_interpreter_as_under_cpython(engine: CodeMode) -> None:
+    """The interpreter cuts it (cm_runtime.jsonable: the first max_output characters of its JSON); the
+    host would cut it again, but a 50 MB value never leaves the worker."""
+    done = await _raw_run(engine, "'x' * 50_000_000", max_output=1000)
+    assert done["success"] is True
+    assert done["returnValue"] == '"' + "x" * 999
+    result = await engine.execute("{'a': 'y' * 500_000}", runner="pyodide")
+    assert result.success and result.truncated
+    assert isinstance(result.return_value, str) and len(result.return_value) <= engine.config.settings.max_output_chars
+
+
+@pytest.mark.xfail(reason="the host names its own memory limit (runners/_pooled.py, issue 18 d)", strict=True)
+async def test_running_out_of_memory_names_the_interpreters_own_cap(engine: CodeMode) -> None:
+    cap = engine.config.settings.pyodide_max_memory_mb
+    result = await engine.execute(f"bomb = bytearray({cap + 256} * 1024 * 1024)", runner="pyodide")
+    assert result.error is not None and result.error.type == "MemoryError"
+    assert f"{cap} MB" in result.error.message, result.error.message
 
 
 async def test_a_memory_bomb_gets_memory_error_at_the_configured_cap(engine: CodeMode) -> None:
@@ -336,3 +436,26 @@ async def test_the_worker_takes_any_well_formed_answer_and_skips_lines_that_are_
         process.kill()
     assert messages[0] == {"op": "output", "data": "3 7\n"}
     assert messages[1]["op"] == "done" and messages[1]["success"] is True
+
+
+async def _raw_run(engine: CodeMode, code: str, max_output: int) -> dict[str, Any]:
+    """Run ``code`` on a worker of its own, outside the pool and the host loop: its ``done`` as sent."""
+    runner = engine.runners["pyodide"]
+    assert isinstance(runner, PyodideRunner)
+    argv = runner.setup.serve_argv(runner.setup.snapshot_path())
+    stubs = engine.bundle("python")
+    run = {"op": "run", "code": code, "max_output": max_output, "namespaces": [], "imports": []}
+    with tempfile.TemporaryDirectory() as workspace:
+        async with await anyio.open_process(argv, cwd=workspace, env=runner.setup.environment()) as process:
+            assert process.stdin is not None and process.stdout is not None
+            lines = BufferedByteReceiveStream(process.stdout)
+            try:
+                with anyio.fail_after(60):
+                    assert json.loads(await lines.receive_until(b"\n", 1 << 20))["op"] == "ready"
+                    message = {**run, "version": stubs.version, "stubs": stubs.source}
+                    await process.stdin.send(json.dumps(message).encode() + b"\n")
+                    while (done := json.loads(await lines.receive_until(b"\n", 1 << 27)))["op"] != "done":
+                        pass
+            finally:
+                process.kill()
+    return done

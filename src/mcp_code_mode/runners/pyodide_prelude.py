@@ -11,8 +11,20 @@ holds no JavaScript references), called as ``bridge(op, ...)`` with strings only
   until it is there);
 - ``"next"`` / ``"echo", text``: before the run only, a Promise of the next host message / of ``text``.
 
-A stub call is synchronous, except where the caller awaits it: ``await filesystem.read_text_file(path=...)``
-in async code gets a coroutine, so several calls can be gathered with ``asyncio.gather``.
+What a script sees and how its run is reported (``ToolError``, ``final_answer``, the caps of output and
+return value, the output's flush rule) come from ``cm_runtime`` (``runners/sandboxed/cm_runtime.py``),
+shared with the zygote's runners: the worker writes it into site-packages beside this module.
+
+When a stub call is awaitable (``cm_runtime.AwaitableCalls``): inside ``async def`` (with its
+comprehensions and generator expressions), a stub call returns an awaitable; in top-level code it does
+when the call is written inside an ``await`` expression (``await fs.read_text_file(path=p)``,
+``await asyncio.gather(*[fs.read_text_file(path=p) for p in paths])``); everywhere else (other
+top-level statements, a plain ``def``, a ``lambda``) it returns the result. The calls run one at a time.
+
+Printed output is kept up to the run's cap and sent at once when a write comes more than
+``FLUSH_SECONDS`` after the last send; text still pending is sent before a tool call, before
+``time.sleep`` and ``asyncio.sleep``, and, since Python runs on the JavaScript thread (no timer fires
+while it computes), by a ``sys.monitoring`` hook that is on only while text is pending.
 
 JavaScript is otherwise out of reach (``seal``): ``js``, ``pyodide_js``, ``_pyodide_core``,
 ``pyodide.ffi``, ``pyodide.code``, ``pyodide.http`` and the other modules that lead to JavaScript are
@@ -26,27 +38,39 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
-import dis
 import json
 import os
 import sys
+import time
 import types
 import zipfile
 from typing import Any
 
+from cm_runtime import (
+    DEFAULT_MAX_OUTPUT,
+    AwaitableCalls,
+    FinalAnswer,
+    OutputBuffer,
+    ToolError,
+    final_answer,
+    jsonable,
+    list_files,
+    syntax_error,
+    tool_arguments,
+    tool_result,
+)
+
 WORKSPACE = "/workspace"
 CODE_FILENAME = "<code>"
 
-# Private references: a script may replace ``json.dumps`` or ``os.walk`` in its own interpreter, and
+# Private references: a script may replace ``json.dumps`` or ``os.chdir`` in its own interpreter, and
 # the result of its run must still be reported.
 _dumps = json.dumps
 _loads = json.loads
-_walk = os.walk
-_lstat = os.lstat
-_join = os.path.join
-_relpath = os.path.relpath
 _chdir = os.chdir
 _repr = repr
+_sleep = time.sleep
+_asyncio_sleep = asyncio.sleep
 
 _bridge: Any = None  # the worker's one JavaScript function, set by ``serve``
 
@@ -58,78 +82,17 @@ except ImportError:  # pragma: no cover - only imported inside Pyodide
 _orig_asyncio_run: Any = asyncio.run
 _stubs: dict[str, Any] = {}
 _stubs_version: int | None = None
-_awaited_calls: dict[types.CodeType, frozenset[int]] = {}
-_ASYNC_FLAGS = 0x80 | 0x200  # CO_COROUTINE | CO_ASYNC_GENERATOR
-
-
-class ToolError(Exception):
-    """A downstream tool failed; ``server``, ``tool`` and the server's ``message`` are attributes."""
-
-    def __init__(self, message: str, server: str | None = None, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.server = server
-        self.tool = tool
+_awaitable: AwaitableCalls | None = None  # the running script's rule (see the module docstring)
 
 
 class NotCapable(ImportError):
     """A path to JavaScript: ``import js``, ``pyodide_js``, ``pyodide.ffi``, ``pyodide.code``, ..."""
 
 
-class _FinalAnswer(BaseException):
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
-
-
-def final_answer(value: Any = None) -> Any:
-    """End the script now and return ``value`` as ``returnValue``."""
-    raise _FinalAnswer(value)
-
-
-def _wants_awaitable(frame: types.FrameType | None) -> bool:
-    """Whether the code calling a stub from ``frame`` gets a coroutine rather than the value.
-
-    Inside ``async def`` it does (so calls can be awaited, gathered or made tasks); in top-level code
-    only where the call is awaited right away (``x = await fs.read(...)`` with top-level await), so
-    that plain calls in a script that also uses ``await`` elsewhere still return values.
-    """
-    if frame is None:
-        return False
-    code = frame.f_code
-    if not code.co_flags & _ASYNC_FLAGS:
-        return False
-    if code.co_name != "<module>":
-        return True
-    offsets = _awaited_calls.get(code)
-    if offsets is None:
-        found: set[int] = set()
-        previous: dis.Instruction | None = None
-        for instruction in dis.get_instructions(code):
-            if instruction.opname == "GET_AWAITABLE" and previous is not None:
-                found.add(previous.offset)
-            previous = instruction
-        offsets = _awaited_calls[code] = frozenset(found)
-    return frame.f_lasti in offsets
-
-
-def _encode(server: str, tool: str, arguments: Any) -> str:
-    try:
-        return _dumps(arguments, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"arguments of {server}.{tool} must be JSON values: {exc}") from None
-
-
-def _decode(reply: str) -> Any:
-    message = _loads(reply)
-    if "error" in message:
-        error = message["error"] or {}
-        raise ToolError(error.get("message", "tool failed"), error.get("server"), error.get("tool"))
-    return message.get("value")
-
-
 def _request(server: str, tool: str, payload: str) -> Any:
-    return _decode(_bridge("call", str(server), str(tool), payload))
+    if _output is not None:
+        _output.flush()
+    return tool_result(_loads(_bridge("call", str(server), str(tool), payload)))
 
 
 async def _call_async(server: str, tool: str, payload: str) -> Any:
@@ -138,8 +101,8 @@ async def _call_async(server: str, tool: str, payload: str) -> Any:
 
 
 def _dispatch(server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
-    payload = _encode(server, tool, arguments)
-    if _wants_awaitable(caller):
+    payload = tool_arguments(server, tool, arguments)
+    if _awaitable is not None and _awaitable.wanted(caller):
         return _call_async(server, tool, payload)
     return _request(server, tool, payload)
 
@@ -167,29 +130,115 @@ def prepare(source: str, version: int) -> None:
 
 
 class _Output:
-    """``sys.stdout`` and ``sys.stderr`` of a run: text goes to the worker, which caps and batches it."""
+    """``sys.stdout`` and ``sys.stderr`` of a run: an ``OutputBuffer`` whose text goes to the worker.
+
+    The worker caps and counts what it is given again (it believes nothing of this); text is sent with
+    ``output`` and then ``flush``, so the worker passes it on at once.
+    """
 
     encoding = "utf-8"
     errors = "replace"
 
+    def __init__(self, cap: int) -> None:
+        self.buffer = OutputBuffer(self._send, cap)
+
+    @staticmethod
+    def _send(text: str) -> None:
+        _bridge("output", text)
+        _bridge("flush")
+
     def write(self, text: str) -> int:
-        text = str(text)
-        if text:
-            _bridge("output", text)
-        return len(text)
+        size = self.buffer.write(str(text))
+        _idle_flush.update(self.buffer.pending)
+        return size
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        _bridge("flush")
+        self.buffer.flush()
+        _idle_flush.update(False)
+
+    def finish(self) -> None:
+        """Hand the pending text to the worker, which sends it with the run's ``done``."""
+        text = self.buffer.take()
+        _idle_flush.update(False)
+        if text:
+            _bridge("output", text)
 
     def isatty(self) -> bool:
         return False
 
     def fileno(self) -> int:
         raise OSError("the run's output has no file descriptor")
+
+
+_output: _Output | None = None
+
+
+class _IdleFlush:
+    """Sends pending output from a ``sys.monitoring`` hook (Python calls and jumps), on only while text
+    is pending: under Pyodide no timer fires while Python computes on the JavaScript thread."""
+
+    def __init__(self) -> None:
+        self.tool: int | None = None
+        self.monitoring: Any = None  # ``sys.monitoring`` (Python 3.12 and later)
+        self.armed = False
+        self.tried = False
+
+    def _install(self) -> None:
+        self.tried = True
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is None:
+            return
+        for tool in (4, 3, 5):
+            try:
+                monitoring.use_tool_id(tool, "mcp-code-mode output")
+            except ValueError:
+                continue
+            events = monitoring.events
+            for event in (events.PY_START, events.JUMP):
+                monitoring.register_callback(tool, event, self._event)
+            self.tool, self.monitoring = tool, monitoring
+            return
+
+    def _event(self, *_: Any) -> None:
+        if _output is not None and _output.buffer.due():
+            _output.buffer.flush()
+            self.update(False)
+
+    def update(self, pending: bool) -> None:
+        """Arm the hook while output is pending, and only then."""
+        if pending == self.armed:
+            return
+        if not self.tried:
+            self._install()
+        if self.tool is None:
+            return
+        events = self.monitoring.events
+        self.monitoring.set_events(self.tool, events.PY_START | events.JUMP if pending else 0)
+        self.armed = pending
+
+
+_idle_flush = _IdleFlush()
+
+
+def _flush_output() -> None:
+    if _output is not None:
+        _output.flush()
+
+
+def _flushing_sleep(seconds: float) -> None:
+    """``time.sleep``, which first sends the output printed so far."""
+    _flush_output()
+    _sleep(seconds)
+
+
+async def _flushing_asyncio_sleep(delay: float, result: Any = None) -> Any:
+    """``asyncio.sleep``, which first sends the output printed so far."""
+    _flush_output()
+    return await _asyncio_sleep(delay, result)
 
 
 def install_wheels(paths: list[str]) -> list[str]:
@@ -204,24 +253,6 @@ def install_wheels(paths: list[str]) -> list[str]:
         names.append(os.path.basename(path).split("-")[0])
     sys.path_importer_cache.clear()
     return names
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        _dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError, RecursionError):
-        return _repr(value)
-
-
-def _syntax_error(exc: SyntaxError) -> dict[str, Any]:
-    where = f" (line {exc.lineno}, column {exc.offset})" if exc.lineno else ""
-    return {
-        "type": "SyntaxError",
-        "message": f"{exc.msg}{where}",
-        "line": exc.lineno,
-        "traceback": (exc.text or "").rstrip() or None,
-    }
 
 
 def _error(exc: BaseException, code: str) -> dict[str, Any]:
@@ -244,32 +275,23 @@ def _error(exc: BaseException, code: str) -> dict[str, Any]:
     }
 
 
-def _list_files(limit: int = 200) -> list[dict[str, Any]]:
-    files: list[dict[str, Any]] = []
-    for dirpath, dirnames, filenames in _walk(WORKSPACE):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = _join(dirpath, name)
-            try:
-                files.append({"path": _relpath(path, WORKSPACE), "size": _lstat(path).st_size})
-            except OSError:
-                continue
-            if len(files) >= limit:
-                return files
-    return files
-
-
-def _compile(code: str) -> tuple[types.CodeType, types.CodeType | None]:
-    """The script's body and, when it ends with an expression, that expression (its value is returned)."""
+def _compile(code: str) -> tuple[types.CodeType, types.CodeType | None, AwaitableCalls]:
+    """The script's body, its last expression when it ends with one (its value is returned), and the
+    rule for its awaitable calls."""
     tree = ast.parse(code, CODE_FILENAME)
+    rule = AwaitableCalls(tree, CODE_FILENAME)
     last: types.CodeType | None = None
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     final = tree.body[-1] if tree.body else None
     if isinstance(final, ast.Expr):
         tree.body.pop()
         expression = ast.Expression(final.value)
-        last = compile(expression, CODE_FILENAME, "eval", flags=flags)
-    return compile(tree, CODE_FILENAME, "exec", flags=flags), last
+        compiled: types.CodeType = compile(expression, CODE_FILENAME, "eval", flags=flags)
+        rule.include(compiled)
+        last = compiled
+    body = compile(tree, CODE_FILENAME, "exec", flags=flags)
+    rule.include(body)
+    return body, last, rule
 
 
 def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
@@ -279,13 +301,19 @@ def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     return result
 
 
-def run(code: str, namespaces_json: str) -> str:
-    """Run one script in this interpreter; the ``done`` fields as JSON (without ``dropped``).
+def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -> str:
+    """Run one script in this interpreter; the ``done`` fields as JSON.
 
     A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
-    it): no event-loop round trip before the script starts, unless the script itself awaits.
+    it): no event-loop round trip before the script starts, unless the script itself awaits. The return
+    value is cut to ``max_output`` characters of JSON like the zygote's; ``dropped`` counts what this
+    side dropped (output past the cap, one for a cut value), and the worker adds its own count.
     """
-    sys.stdout = sys.stderr = _Output()  # type: ignore[assignment]
+    global _output, _awaitable
+    _output = _Output(max_output)
+    sys.stdout = sys.stderr = _output  # type: ignore[assignment]
+    time.sleep = _flushing_sleep
+    asyncio.sleep = _flushing_asyncio_sleep  # pyright: ignore[reportAttributeAccessIssue]
     _chdir(WORKSPACE)
     namespace: dict[str, Any] = {
         "__name__": "__main__",
@@ -298,20 +326,27 @@ def run(code: str, namespaces_json: str) -> str:
         if name in _stubs:
             namespace[name] = _stubs[name]
     done: dict[str, Any]
+    value: Any = None
+    cut = False
     try:
-        body, last = _compile(code)
+        body, last, _awaitable = _compile(code)
     except SyntaxError as exc:
-        done = {"success": False, "error": _syntax_error(exc)}
+        done = {"success": False, "error": syntax_error(exc)}
     else:
         try:
             _evaluate(body, namespace)
             value = _evaluate(last, namespace) if last is not None else None
-            done = {"success": True, "returnValue": _jsonable(value)}
-        except _FinalAnswer as answer:
-            done = {"success": True, "returnValue": _jsonable(answer.value)}
+            done = {"success": True}
+        except FinalAnswer as answer:
+            value = answer.value
+            done = {"success": True}
         except BaseException as exc:  # the script's own error (SystemExit too): reported, not raised
             done = {"success": False, "error": _error(exc, code)}
-    done["files"] = _list_files()
+        if done["success"]:
+            done["returnValue"], cut = jsonable(value, max_output)
+    _output.finish()
+    done["files"] = list_files(WORKSPACE)
+    done["dropped"] = _output.buffer.dropped + (1 if cut else 0)
     return _dumps(done, default=_repr)
 
 
@@ -323,7 +358,6 @@ def warm_up() -> None:
     """
     _run_sync(_bridge("echo", "{}"))
     run(WARM_UP_SCRIPT, "[]")
-    _awaited_calls.clear()
 
 
 # Modules that hold or make JavaScript objects; the sealed interpreter has none of them.
@@ -430,7 +464,9 @@ def serve(bridge: Any) -> str:
             wheels = message.get("wheels") or []
             if wheels:
                 install_wheels([f"/wheels/{name}" for name in wheels])
-            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []))
+            cap = message.get("max_output")
+            cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
+            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap)
 
 
 WARM_UP_SCRIPT = """\
