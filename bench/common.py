@@ -249,9 +249,9 @@ def machine_facts() -> dict[str, str]:
             [sys.executable, "-I", "-S", "-c", FORK_PROBE], capture_output=True, text=True, timeout=60, check=True
         )
         fork = f"{float(timing.stdout):.2f} ms"
-    from mcp_code_mode.sandbox import Sandbox
+    from mcp_code_mode.sandbox import detect_sandbox
 
-    described = Sandbox.detect(engine_settings(STATE / "unused")).describe()
+    described = detect_sandbox(engine_settings(STATE / "unused")).describe()
     sandbox = str(described.get("isolation", "unknown"))
     if described.get("reason"):
         sandbox += f" ({described['reason']})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_code_mode.local_constructs import ADVICE, unsupported
+from mcp_code_mode.runners.sandboxed.cm_constructs import ADVICE, unsupported
 
 REFUSED = [
     ("x = 2\nmatch x:\n    case 2:\n        pass\n", 2, "`match`"),

@@ -414,7 +414,7 @@ def client_of(ctx: Context | None) -> str:
     (stateless requests carry nothing that tells clients apart). Otherwise (stdio, in-process): the
     connection on the session-based protocol; on the request-scoped one a process serves one client."""
     if ctx is None:
-        return "local"
+        return "library"
     headers = ctx.headers
     if headers is not None:
         session_id = headers.get("mcp-session-id")

@@ -299,7 +299,7 @@ VALIDATORS: dict[str, Validator] = {"python": validate_python}
 
 def validate_code(language: str, code: str, index: StubIndex, allowed_imports: Sequence[str] | None) -> dict[str, Any]:
     """The ``validate_code`` answer: ``valid`` and every finding (``supported: false`` without a checker)."""
-    from .runners import LANGUAGE_ALIASES
+    from .languages import LANGUAGE_ALIASES
 
     lang = LANGUAGE_ALIASES.get(language.strip().lower(), language.strip().lower())
     validator = VALIDATORS.get(lang)

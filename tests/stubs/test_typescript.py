@@ -11,12 +11,12 @@ import pytest
 from mcp_code_mode.config import Settings
 from mcp_code_mode.downstream.pool import ToolInfo
 from mcp_code_mode.packages import Whitelist
+from mcp_code_mode.runners._typecheck import check_typescript
 from mcp_code_mode.runners.deno import deno_binary
-from mcp_code_mode.sandbox import Sandbox
+from mcp_code_mode.sandbox import detect_sandbox
 from mcp_code_mode.stubs import RENDERERS
 from mcp_code_mode.stubs.index import StubIndex
 from mcp_code_mode.stubs.typescript import render_module, render_tool
-from mcp_code_mode.validate_ts import check_typescript
 
 from .test_python import NPM_SERVERS, SNAPSHOTS, index_of, recorded
 
@@ -68,7 +68,7 @@ async def test_declarations_of_every_npm_server_type_check_and_type_a_script(tmp
         deno=deno_binary(),
         deno_dir=tmp_path / "deno",
         whitelist=Whitelist.load(),
-        sandbox=Sandbox.detect(Settings()),
+        sandbox=detect_sandbox(Settings()),
     )
     assert [(f.line, f.message.split(":")[0]) for f in findings] == [(7, "TS2739")]
     assert "entityType" in findings[0].message

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import json
 import sys
@@ -37,8 +36,6 @@ KEY_VERSION = 2
 
 _NEWLINES_KEPT_AFTER = ("\\", "\r")
 _SOURCE_SUFFIXES = (".py", ".js", ".ts", ".mjs")
-_DISTRIBUTIONS = ("smolagents", "deno")
-"""Distributions whose version changes what a worker does (the AST interpreter, the Deno binary)."""
 
 
 def keyed_code(code: str) -> str:
@@ -111,13 +108,6 @@ def _sources_digest(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def _distribution(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "-"
-
-
 def _reported_versions(runner: object) -> dict[str, str]:
     """The versions a runner reports of what runs a script (``Runner.identity()``), else none."""
     versions: Callable[[], dict[str, str]] | None = getattr(runner, "identity", None)
@@ -133,10 +123,9 @@ def runner_identity(runner: object) -> str:
     """What changes when the program that runs a script changes (computed once per runner).
 
     A runner whose ``identity`` is a string says it itself (a built runner's ``identity()`` adds
-    versions). Otherwise it is derived from what is
-    there: this package's version, the host Python's, the versions of the distributions workers
-    use, what the runner reports, and a digest of every worker source in the runner's package
-    (the sources of all runners: editing one worker ends the exact hits of every runner, which
+    versions). Otherwise it is derived from what is there: this package's version, the host Python's,
+    the versions the runner reports of what runs a script (``Runner.identity()``: its interpreter, Deno,
+    Pyodide), and a digest of every worker source in the runner's package (the sources of all runners: editing one worker ends the exact hits of every runner, which
     costs a run, never a wrong answer).
     """
     declared = getattr(runner, "identity", None)
@@ -150,7 +139,6 @@ def runner_identity(runner: object) -> str:
             str(getattr(runner, "name", type(runner).__name__)),
             __version__,
             sys.version,
-            {name: _distribution(name) for name in _DISTRIBUTIONS},
             _reported_versions(runner),
             _sources_digest(package),
         ]

@@ -26,10 +26,11 @@ from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
+from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
 from ..runners.registry import build_runners, default_runners
-from ..sandbox import Sandbox
+from ..sandbox import detect_sandbox
 from ..stubs import StubIndex
 from ..validate import oversize
 from ._caching import CacheStage
@@ -59,7 +60,7 @@ class CodeMode:
         self.config = config
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
-        self.sandbox = Sandbox.detect(settings)
+        self.sandbox = detect_sandbox(settings)
         self.admission = Admission.create(
             run_memory_mb=settings.limit_memory_mb,
             max_running=settings.max_concurrent_runs,
@@ -185,9 +186,7 @@ class CodeMode:
         """The runner a request means (its own, else its language's default), for a refusal's report."""
         if runner:
             return runner
-        from ..runners import LANGUAGE_ALIASES
-
-        return self.defaults.get(LANGUAGE_ALIASES.get(language.strip().lower(), ""), "")
+        return self.defaults.get(canonical(language) or "", "")
 
     async def execute(
         self,
@@ -202,7 +201,7 @@ class CodeMode:
         on_output: OutputCallback | None = None,
         on_progress: ProgressCallback | None = None,
         cache: str = "auto",
-        client: str = "local",
+        client: str = "library",
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 

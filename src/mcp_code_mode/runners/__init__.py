@@ -6,6 +6,7 @@ validation, settings, description) it asks the plug-in's ``RunnerInfo`` or the b
 
 from __future__ import annotations
 
+from ..languages import LANGUAGE_ALIASES
 from .base import (
     CheckRequest,
     Diagnosis,
@@ -18,17 +19,6 @@ from .base import (
     StubBundle,
 )
 from .registry import build_runners, default_runners, plugins
-
-# The languages a script may name, with their aliases.
-LANGUAGE_ALIASES: dict[str, str] = {
-    "python": "python",
-    "py": "python",
-    "python3": "python",
-    "javascript": "javascript",
-    "js": "javascript",
-    "typescript": "typescript",
-    "ts": "typescript",
-}
 
 __all__ = [
     "LANGUAGE_ALIASES",

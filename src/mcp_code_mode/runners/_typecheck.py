@@ -24,9 +24,9 @@ from pathlib import Path
 
 import anyio
 
-from .packages import Whitelist
-from .runners.npm import import_map
-from .sandbox import Profile, Sandbox
+from ..packages import Whitelist
+from ..sandbox import Profile, Sandbox
+from .npm import import_map
 
 CHECK_TIMEOUT = 60.0
 """Seconds allowed for one ``deno check``."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+
 from ..bridge import RunResult, ToolDispatcher
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import Worker, WorkerPool
 from ._pooled import WorkerPools, zygote_launcher
-from .base import CheckRequest, RunnerInfo, RunRequest, StubBundle
+from .base import CheckRequest, RunnerInfo, RunRequest, StubBundle, distribution_version
 
 
 class ZygoteDialect:
@@ -60,6 +62,7 @@ class ZygoteRunner:
         default_profile: Profile,
         preload: tuple[str, ...] = (),
         imports: Callable[[tuple[str, ...]], tuple[str, ...] | None] = lambda _: None,
+        distributions: tuple[str, ...] = (),
         extra_check: Callable[[str], list[dict[str, Any]]] | None = None,
         max_environments: int = 4,
     ) -> None:
@@ -67,6 +70,7 @@ class ZygoteRunner:
         self.sandbox = sandbox
         self._imports = imports
         self._extra_check = extra_check
+        self._distributions = distributions
         self.workers = WorkerPools(
             info.name,
             zygote_launcher(kind, sandbox, preload),
@@ -105,12 +109,12 @@ class ZygoteRunner:
         allowed = self.authorized_imports(request.package_imports)
         checked = await check_python(request.code, request.index, allowed, max_bytes=request.max_bytes)
         findings: list[dict[str, Any]] = list(checked.get("findings", []))
-        if self._extra_check is not None and not any(f.get("kind") in ("syntax", "size") for f in findings):
-            findings.extend(self._extra_check(request.code))
+        if self._extra_check is not None and not any(f.get("kind") in ("syntax", "size", "nesting") for f in findings):
+            findings.extend(await anyio.to_thread.run_sync(self._extra_check, request.code, abandon_on_cancel=True))
         return sorted(findings, key=lambda f: (f.get("line") or 0, f.get("column") or 0))
 
     def identity(self) -> dict[str, str]:
-        return {}
+        return {name: distribution_version(name) for name in self._distributions}
 
     def describe(self) -> dict[str, Any]:
         return self.workers.describe()

@@ -191,6 +191,16 @@ class Runner(Protocol):
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult: ...
 
 
+def distribution_version(name: str) -> str:
+    """The installed version of a Python distribution (``-`` when it is not installed), for ``identity()``."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
 @dataclass(frozen=True)
 class RunnerPlugin:
     """A runner as the registry knows it: its declaration, how to build it, and what ``doctor`` checks."""
@@ -216,4 +226,5 @@ __all__ = [
     "RunnerInfo",
     "RunnerPlugin",
     "StubBundle",
+    "distribution_version",
 ]

