@@ -117,6 +117,8 @@ async def test_output_streams_to_on_output_while_the_script_still_runs(engine: C
     timeline = f"a at {first_a - started:.2f} s, b at {first_b - started:.2f} s, end at {ended - started:.2f} s"
     assert first_b - first_a >= 1.5, f"'a' reached on_output only with 'b': {timeline}"
     assert ended - first_a >= 1.2, f"'a' reached on_output too late: {timeline}"
+    run_started = ended - data["executionTime"] / 1000  # when the run itself began (a worker was found)
+    assert first_a - run_started <= 0.5, f"'a' took over 0.5 s from the run's start: {timeline}"
 
 
 # ----- errors ------------------------------------------------------------------------------------
@@ -348,3 +350,25 @@ async def test_an_unknown_tool_fails_with_an_error_naming_the_server_and_tool(
     data = dump(await run(engine, runner, case))
     assert data["success"] is False
     assert "server 'fixture' has no tool 'nope'" in data["error"]["message"], data["error"]
+
+
+@pytest.mark.parametrize("runner", ["deno"], indirect=True)
+async def test_typescript_error_lines_point_into_the_script_as_written(engine: CodeMode, runner: str) -> None:
+    # Type-only lines vanish when TypeScript is transpiled; the reported line must still be the script's.
+    code = (
+        "interface Point {\n"
+        "  x: number;\n"
+        "  y: number;\n"
+        "}\n"
+        "type Pair = [Point, Point];\n"
+        "const pair: Pair = [{ x: 1, y: 2 }, { x: 3, y: 4 }];\n"
+        "console.log(pair.length as number);\n"
+        "throw new RangeError(`bad ${pair[0].x}`);\n"
+    )
+    with anyio.fail_after(60):
+        result = await engine.execute(code, "typescript", runner=runner, cache="off")
+    data = dump(result)
+    assert data["success"] is False
+    assert data["output"] == "2\n"
+    assert (data["error"]["type"], data["error"]["line"]) == ("RangeError", 8), data["error"]
+    assert "bad 1" in data["error"]["message"]
