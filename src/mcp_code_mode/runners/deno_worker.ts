@@ -12,8 +12,14 @@
  *
  *   worker → host   {"op": "ready"}, {"op": "call", id, server, tool, arguments},
  *                   {"op": "output", data}, {"op": "done", success, returnValue, error, dropped, files}
- *   host → worker   {"op": "run", code, language, allow_network, max_output, functions, packages},
+ *   host → worker   {"op": "run", code, language, allow_network, max_output, functions, unavailable?, packages},
  *                   {"op": "result", id, value} or {"op": "result", id, error: {message, server, tool}}
+ *
+ * Each server is a namespace of functions (`functions`: namespace → tool names): a Proxy whose unknown
+ * names are functions that reject with the namespace's tool list. A server that is configured but down
+ * (`unavailable`: namespace → reason) is a namespace whose every name throws that reason. The shared
+ * parts (the line reader and writer, output, tool calls, return values, the run message's checks) are
+ * in worker_runtime.ts, which the pyodide worker uses too.
  *
  * The script is imported as an ES module (TypeScript is transpiled by Deno, type errors are not
  * checked), so top-level await works and `export default value` is its return value. The run ends when
@@ -26,6 +32,24 @@
 import { Console } from "node:console";
 import { createRequire, isBuiltin } from "node:module";
 import process from "node:process";
+import {
+  badNames,
+  encodeValue,
+  type ErrorJson,
+  isJsonObject,
+  type Json,
+  LineReader,
+  MAX_FILES,
+  type Message,
+  MessageWriter,
+  Output,
+  parseMessage,
+  parseRunMessage,
+  type RunMessage,
+  RUNTIME_URL,
+  ToolChannel,
+  ToolError,
+} from "./worker_runtime.ts";
 
 // ----- what the bridge uses, captured before any script runs ----------------------------------
 
@@ -37,126 +61,35 @@ const realExit: (code?: number) => never = Deno.exit;
 const realSetTimeout = setTimeout;
 const realClearTimeout = clearTimeout;
 const unrefTimer = Deno.unrefTimer;
+const inspect = Deno.inspect;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const WORKER_URL = import.meta.url;
-const CHUNK_CHARS = 8192;
-const FLUSH_MS = 50;
-const MAX_FILES = 200;
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-
-interface ErrorJson {
-  type: string;
-  message: string;
-  line: number | null;
-  traceback: string | null;
-}
-
-interface RunMessage {
-  op: "run";
-  code: string;
-  language: "javascript" | "typescript";
-  max_output: number;
-  allow_network: boolean;
-  functions: Record<string, string[]>;
-  packages: { name: string; specifier: string }[];
-}
-
-function send(...messages: Record<string, unknown>[]): void {
-  const bytes = encoder.encode(messages.map((m) => stringify(m) + "\n").join(""));
-  let written = 0;
-  while (written < bytes.length) written += realStdout.writeSync(bytes.subarray(written));
-}
-
-let inbox = new Uint8Array(0);
-
-function takeMessage(): Record<string, unknown> | null {
-  const newline = inbox.indexOf(10);
-  if (newline < 0) return null;
-  const line = inbox.subarray(0, newline);
-  inbox = inbox.slice(newline + 1);
-  return parse(decoder.decode(line));
-}
-
-function addInput(chunk: Uint8Array, n: number | null): void {
-  if (n === null) realExit(0); // the host has gone
-  const grown = new Uint8Array(inbox.length + n!);
-  grown.set(inbox);
-  grown.set(chunk.subarray(0, n!), inbox.length);
-  inbox = grown;
-}
+const writer = new MessageWriter((p) => realStdout.writeSync(p));
+const reader = new LineReader((p) => realStdin.read(p), (p) => realStdin.readSync(p), () => realExit(0));
 
 /** The next message from the host (waiting for the run); the process exits when the host has gone. */
-async function receive(): Promise<Record<string, unknown>> {
+async function receive(): Promise<Message> {
   for (;;) {
-    const message = takeMessage();
+    const message = parseMessage(await reader.next());
     if (message) return message;
-    const chunk = new Uint8Array(65536);
-    addInput(chunk, await realStdin.read(chunk));
-  }
-}
-
-/** The same, blocking: once the run has started, only tool calls read, and only this way. */
-function receiveSync(): Record<string, unknown> {
-  for (;;) {
-    const message = takeMessage();
-    if (message) return message;
-    const chunk = new Uint8Array(65536);
-    addInput(chunk, realStdin.readSync(chunk));
   }
 }
 
 // ----- printed output ---------------------------------------------------------------------------
 
-class Output {
-  used = 0;
-  dropped = 0;
-  private pending: string[] = [];
-  private pendingChars = 0;
-  private timer: ReturnType<typeof realSetTimeout> | null = null;
-
-  constructor(public cap: number) {}
-
-  write(text: string): void {
-    const room = this.cap - this.used;
-    if (text.length > room) {
-      this.dropped += text.length - Math.max(room, 0);
-      text = text.slice(0, Math.max(room, 0));
-    }
-    if (!text) return;
-    this.used += text.length;
-    this.pending.push(text);
-    this.pendingChars += text.length;
-    if (this.pendingChars >= CHUNK_CHARS) this.flush();
-    else if (this.timer === null) {
-      this.timer = realSetTimeout(() => this.flush(), FLUSH_MS);
-      unrefTimer(this.timer);
-    }
-  }
-
-  /** Forget what was written (the warm-up's), as if nothing had been. */
-  reset(): void {
-    if (this.timer !== null) realClearTimeout(this.timer);
-    this.timer = null;
-    this.pending = [];
-    this.pendingChars = 0;
-    this.used = 0;
-    this.dropped = 0;
-  }
-
-  /** Send what is pending, then `then` (the run's done) in the same write: the host reads them at once. */
-  flush(...then: Record<string, unknown>[]): void {
-    if (this.timer !== null) realClearTimeout(this.timer);
-    this.timer = null;
-    const messages = this.pending.length ? [{ op: "output", data: this.pending.join("") }] : [];
-    this.pending = [];
-    this.pendingChars = 0;
-    if (messages.length + then.length) send(...messages, ...then);
-  }
-}
-
-const output = new Output(100_000);
+// Pending output is also sent by a timer, once the script's synchronous work is over (an unref'd
+// timer: it never keeps the run alive).
+const output = new Output(writer, {
+  set(callback, ms) {
+    const id = realSetTimeout(callback, ms);
+    unrefTimer(id);
+    return id;
+  },
+  clear: (id) => realClearTimeout(id as number),
+});
+const tools = new ToolChannel(writer, reader, output);
 
 function text(chunk: unknown): string {
   return typeof chunk === "string" ? chunk : chunk instanceof Uint8Array ? decoder.decode(chunk) : String(chunk);
@@ -202,49 +135,35 @@ function captureOutput(): void {
 
 // ----- tools --------------------------------------------------------------------------------------
 
-class ToolError extends Error {
-  server: string | null;
-  tool: string | null;
+/** Servers that are configured but down (the run message's `unavailable`): namespace → reason. */
+let unavailable: Record<string, string> = {};
 
-  constructor(message: string, server: string | null = null, tool: string | null = null) {
-    super(message);
-    this.name = "ToolError";
-    this.server = server;
-    this.tool = tool;
-  }
+/** A name quoted as Python's repr() quotes it: the host's messages about servers and tools read the same. */
+function quoted(name: string): string {
+  if (name.includes("'") && !name.includes('"')) return `"${name}"`;
+  return `'${name.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
 }
 
-let nextId = 0;
-
-/** The host's answer to call `id`: read synchronously, since the script waits for it anyway (the host
- * answers a run's calls one at a time, in order). A blocking read skips the thread-pool hop and the
- * event-loop turn of an async read: about a millisecond less per call. */
-function resultOf(id: number): Record<string, unknown> {
-  for (;;) {
-    const message = receiveSync();
-    if (message.op === "result" && message.id === id) return message;
-  }
+function notAvailable(namespace: string): ToolError {
+  return new ToolError(`server ${quoted(namespace)} is not available: ${unavailable[namespace]}`, namespace, null);
 }
 
 function callTool(server: string, tool: string, args: unknown = {}): Promise<unknown> {
   const failure = new ToolError("", server, tool);
-  if (typeof server !== "string" || typeof tool !== "string") {
-    return Promise.reject(new TypeError("callTool(server, tool, args): server and tool are names (strings)"));
-  }
+  const badName = badNames(server, tool);
+  if (badName) return Promise.reject(new TypeError(`callTool(server, tool, args): ${badName}`));
+  if (Object.hasOwn(unavailable, server)) return Promise.reject(notAvailable(server));
   if (args === undefined || args === null) args = {};
-  if (typeof args !== "object" || Array.isArray(args)) {
+  if (!isJsonObject(args)) {
     return Promise.reject(new TypeError(`the arguments of ${server}.${tool} must be an object, e.g. { path: "a.txt" }`));
   }
-  let payload: Json;
+  let payload: { [key: string]: Json };
   try {
     payload = parse(stringify(args));
   } catch (error) {
     return Promise.reject(new TypeError(`the arguments of ${server}.${tool} must be JSON values: ${error}`));
   }
-  output.flush();
-  const id = ++nextId;
-  send({ op: "call", id, server, tool, arguments: payload });
-  const message = resultOf(id);
+  const message = parse(tools.requestSync(server, tool, payload)) as Message;
   const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
   if (error) {
     failure.message = error.message ?? "the tool failed";
@@ -260,14 +179,51 @@ function define(target: object, name: string, value: unknown): void {
   Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
 }
 
+/** Names that code probes on any object (awaiting it, printing it, serializing it): they stay undefined. */
+const PROBED = new Set(["then", "toJSON", "inspect", "asymmetricMatch", "$$typeof", "nodeType"]);
+
+function probed(key: string | symbol, target: object): boolean {
+  return typeof key === "symbol" || PROBED.has(key) || key in target;
+}
+
+/** A server's namespace: its tools, and for any other name a function that says which tools there are. */
+function toolNamespace(namespace: string, names: string[]): object {
+  const object = {};
+  for (const name of names) {
+    define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
+  }
+  Object.freeze(object);
+  const listed = names.length ? names.join(", ") : "none";
+  return new Proxy(object, {
+    get(target, key, receiver) {
+      if (probed(key, target)) return Reflect.get(target, key, receiver);
+      const name = String(key);
+      return {
+        [name]: (): Promise<never> =>
+          Promise.reject(
+            new ToolError(`server ${quoted(namespace)} has no tool ${quoted(name)} (its tools: ${listed})`, namespace, name),
+          ),
+      }[name];
+    },
+  });
+}
+
+/** The namespace of a server that is configured but down: every use of it says so. */
+function unavailableNamespace(namespace: string): object {
+  const object = Object.freeze(Object.create(null));
+  return new Proxy(object, {
+    get(target, key) {
+      if (typeof key === "symbol" || PROBED.has(key)) return Reflect.get(target, key);
+      throw notAvailable(namespace);
+    },
+  });
+}
+
 function defineTools(functions: Record<string, string[]>): void {
   for (const [namespace, names] of Object.entries(functions)) {
-    const object = {};
-    for (const name of names) {
-      define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
-    }
-    define(globalThis, namespace, Object.freeze(object));
+    if (!Object.hasOwn(unavailable, namespace)) define(globalThis, namespace, toolNamespace(namespace, names));
   }
+  for (const namespace of Object.keys(unavailable)) define(globalThis, namespace, unavailableNamespace(namespace));
   define(globalThis, "callTool", callTool);
   define(globalThis, "ToolError", ToolError);
 }
@@ -308,7 +264,7 @@ const USER_FRAME = /data:application\/(?:typescript|javascript);base64,[A-Za-z0-
 function cleanStack(stack: string): string {
   return stack
     .split("\n")
-    .filter((line) => !line.includes(WORKER_URL) && !/\(?ext:|\(node:|at node:/.test(line))
+    .filter((line) => !line.includes(WORKER_URL) && !line.includes(RUNTIME_URL) && !/\(?ext:|\(node:|at node:/.test(line))
     .map((line) => line.replace(new RegExp(USER_FRAME.source, "g"), "<script>:$1:$2"))
     .map((line) => line.replace(/file:\/\/\/\S*?\/npm\/[^/]+\//g, "npm:"))
     .join("\n");
@@ -316,7 +272,7 @@ function cleanStack(stack: string): string {
 
 function describe(error: unknown): ErrorJson {
   if (!(error instanceof Error)) {
-    const shown = typeof error === "string" ? error : Deno.inspect(error);
+    const shown = typeof error === "string" ? error : inspect(error);
     return { type: "Error", message: `uncaught ${shown}`, line: null, traceback: null };
   }
   let type = error.name || "Error";
@@ -363,24 +319,17 @@ function listFiles(): { path: string; size: number }[] {
   return files;
 }
 
-function toJson(value: unknown): Json {
-  if (value === undefined) return null;
-  try {
-    const text = stringify(value);
-    return text === undefined ? Deno.inspect(value) : parse(text);
-  } catch {
-    return Deno.inspect(value);
-  }
-}
-
 let phase: "waiting" | "running" | "evaluated" | "finished" = "waiting";
 let returnValue: unknown = undefined;
 
 function finish(success: boolean, error: ErrorJson | null = null): void {
   if (phase === "finished") return;
   phase = "finished";
-  const value = success ? toJson(returnValue) : null; // a toJSON() may still print
-  output.flush({ op: "done", success, returnValue: value, error, dropped: output.dropped, files: listFiles() });
+  // Encoded before the flush: a toJSON() may still print. A value larger than the output cap is cut to
+  // its first `max_output` characters of JSON, as the cpython runner cuts it, and the run is truncated.
+  const { value, cut } = success ? encodeValue(returnValue, output.cap, inspect) : { value: null, cut: false };
+  const dropped = output.dropped + (cut ? 1 : 0);
+  output.flush({ op: "done", success, returnValue: value, error, dropped, files: listFiles() });
 }
 
 function fail(error: unknown): never {
@@ -428,7 +377,8 @@ function exitWith(code?: number): never {
 
 async function run(message: RunMessage): Promise<void> {
   if (!message.allow_network) Deno.permissions.revokeSync({ name: "net" });
-  output.cap = message.max_output;
+  output.reset(message.max_output);
+  unavailable = message.unavailable;
   defineTools(message.functions);
   const loaded = new Map<string, Record<string, unknown>>();
   phase = "running";
@@ -448,6 +398,7 @@ async function main(): Promise<void> {
   // Everything that does not depend on the run is done before saying ready: capturing output,
   // hiding the environment, warming up the TypeScript transpiler and the module loader.
   captureOutput();
+  output.reset(0); // the warm-up's output is dropped, never sent
   // The first console.log loads and compiles node's formatting code: about 5 ms, paid here, not by the run.
   console.log("warm", 1, { a: [1.5, "b"] }, new Error("warm").message);
   output.reset();
@@ -455,11 +406,18 @@ async function main(): Promise<void> {
   Deno.exit = exitWith;
   process.exit = exitWith as typeof process.exit;
   await import(`data:application/typescript;base64,${encodeBase64("export const warm: number = 1;")}`);
-  send({ op: "ready" });
+  writer.send({ op: "ready" });
   for (;;) {
     const message = await receive();
     if (message.op === "run") {
-      run(message as unknown as RunMessage);
+      let checked: RunMessage;
+      try {
+        checked = parseRunMessage(message);
+      } catch (error) {
+        phase = "running";
+        fail(new Error(`the run message is not valid: ${(error as Error).message}`));
+      }
+      run(checked);
       return;
     }
   }

@@ -1,0 +1,341 @@
+/**
+ * What the two Deno-hosted workers share: the `deno` runner's (deno_worker.ts) and the `pyodide`
+ * runner's (pyodide_worker.ts). Both speak the bridge protocol of mcp_code_mode/bridge/messages.py:
+ * JSON lines, the host's on stdin, the worker's on stdout.
+ *
+ * - `LineReader`: the host's lines, read asynchronously while the worker waits for its run and
+ *   synchronously once it runs (a tool call blocks until its answer is there);
+ * - `MessageWriter`: whole lines to stdout, never interleaved;
+ * - `Output`: printed text, capped and sent in `output` chunks as it is printed, also during
+ *   synchronous work (a write flushes when the last flush is older than `FLUSH_MS`);
+ * - `ToolChannel`: a tool call and the host's `result` line for it;
+ * - `encodeValue` / `capJson`: a return value as JSON, cut to the output cap as cpython's is;
+ * - `parseRunMessage`: the run message, checked field by field.
+ *
+ * Everything here is built from intrinsics captured when this module is evaluated, before any script
+ * runs, so a script that rewrites `JSON` or `performance` does not change what these write.
+ */
+
+export const CHUNK_CHARS = 8192;
+/** A write sends pending output when the last send is older than this (milliseconds). */
+export const FLUSH_MS = 50;
+export const MAX_FILES = 200;
+/** Longest server or tool name a tool call may carry. */
+export const MAX_NAME = 256;
+export const DEFAULT_MAX_OUTPUT = 100_000;
+/** This module's URL (its frames are hidden from tracebacks, its file from the script). */
+export const RUNTIME_URL = import.meta.url;
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Message = Record<string, unknown>;
+
+export interface ErrorJson {
+  type: string;
+  message: string;
+  line: number | null;
+  traceback: string | null;
+}
+
+const stringify = JSON.stringify;
+const parse = JSON.parse;
+const isArray = Array.isArray;
+const now = performance.now.bind(performance);
+const encoder = new TextEncoder();
+
+/** A line as a message: a JSON object, else null (not a message). */
+export function parseMessage(line: string): Message | null {
+  try {
+    const value = parse(line);
+    return value !== null && typeof value === "object" && !isArray(value) ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+// ----- the host's lines ---------------------------------------------------------------------------
+
+export class LineReader {
+  private buffer = "";
+  private scanned = 0; // no newline before this index of `buffer`
+  private readonly decoder = new TextDecoder();
+  private readonly chunk = new Uint8Array(1 << 16);
+
+  /** `onEnd` is called when the host closes stdin (it has gone): it exits the process. */
+  constructor(
+    private readonly read: (p: Uint8Array) => Promise<number | null>,
+    private readonly readSync: (p: Uint8Array) => number | null,
+    private readonly onEnd: () => never,
+  ) {}
+
+  private take(): string | null {
+    for (;;) {
+      const index = this.buffer.indexOf("\n", this.scanned);
+      if (index < 0) {
+        this.scanned = this.buffer.length;
+        return null;
+      }
+      const line = this.buffer.slice(0, index);
+      this.buffer = this.buffer.slice(index + 1);
+      this.scanned = 0;
+      if (line.trim()) return line;
+    }
+  }
+
+  private add(count: number | null): void {
+    if (count === null) this.onEnd();
+    this.buffer += this.decoder.decode(this.chunk.subarray(0, count!), { stream: true });
+  }
+
+  /** The next non-empty line, waiting in the event loop (before the run). */
+  async next(): Promise<string> {
+    for (;;) {
+      const line = this.take();
+      if (line !== null) return line;
+      this.add(await this.read(this.chunk));
+    }
+  }
+
+  /** The same, blocking: once the run has started, only tool calls read, and only this way. */
+  nextSync(): string {
+    for (;;) {
+      const line = this.take();
+      if (line !== null) return line;
+      this.add(this.readSync(this.chunk));
+    }
+  }
+}
+
+// ----- the worker's lines ---------------------------------------------------------------------------
+
+export class MessageWriter {
+  /** `write` is a synchronous write to the channel (stdout), captured before any script runs. */
+  constructor(private readonly write: (p: Uint8Array) => number) {}
+
+  /** One line, written whole before this returns. */
+  line(text: string): void {
+    let data = encoder.encode(text + "\n");
+    while (data.length > 0) data = data.subarray(this.write(data));
+  }
+
+  /** Messages in one write: the host reads them at once. */
+  send(...messages: Message[]): void {
+    if (messages.length > 0) this.line(messages.map((m) => stringify(m)).join("\n"));
+  }
+}
+
+// ----- printed output -------------------------------------------------------------------------------
+
+/** A timer that runs after the script's synchronous work, and does not keep the event loop alive. */
+export interface Timers {
+  set(callback: () => void, ms: number): unknown;
+  clear(id: unknown): void;
+}
+
+export class Output {
+  cap = DEFAULT_MAX_OUTPUT;
+  used = 0;
+  dropped = 0;
+  private pending: string[] = [];
+  private pendingChars = 0;
+  private lastFlush = -Infinity;
+  private timer: unknown = null;
+
+  /** With `timers`, output still pending when the script goes idle is sent `FLUSH_MS` later. */
+  constructor(private readonly writer: MessageWriter, private readonly timers: Timers | null = null) {}
+
+  /** Keep up to `cap` characters; send them when a chunk is full, or the last send is `FLUSH_MS` old
+   * (so the first print of a run goes out at once, even if the script then computes for seconds). */
+  write(text: string): void {
+    const room = Math.max(this.cap - this.used, 0);
+    if (text.length > room) {
+      this.dropped += text.length - room;
+      text = text.slice(0, room);
+    }
+    if (!text) return;
+    this.used += text.length;
+    this.pending.push(text);
+    this.pendingChars += text.length;
+    if (this.pendingChars >= CHUNK_CHARS || now() - this.lastFlush >= FLUSH_MS) this.flush();
+    else if (this.timer === null && this.timers !== null) {
+      this.timer = this.timers.set(() => this.flush(), FLUSH_MS);
+    }
+  }
+
+  /** Forget what was written (the warm-up's), as if nothing had been; the next write is sent at once. */
+  reset(cap: number = this.cap): void {
+    this.cancelTimer();
+    this.pending = [];
+    this.pendingChars = 0;
+    this.used = 0;
+    this.dropped = 0;
+    this.cap = cap;
+    this.lastFlush = -Infinity;
+  }
+
+  /** Send what is pending, then `then` (the run's done) in the same write. */
+  flush(...then: Message[]): void {
+    this.cancelTimer();
+    const messages = this.pending.length > 0 ? [{ op: "output", data: this.pending.join("") }] : [];
+    this.pending = [];
+    this.pendingChars = 0;
+    this.writer.send(...messages, ...then);
+    this.lastFlush = now();
+  }
+
+  private cancelTimer(): void {
+    if (this.timer !== null && this.timers !== null) this.timers.clear(this.timer);
+    this.timer = null;
+  }
+}
+
+// ----- tool calls -----------------------------------------------------------------------------------
+
+export class ToolError extends Error {
+  server: string | null;
+  tool: string | null;
+
+  constructor(message: string, server: string | null = null, tool: string | null = null) {
+    super(message);
+    this.name = "ToolError";
+    this.server = server;
+    this.tool = tool;
+  }
+}
+
+/** Why a call's server and tool names are refused, or null. */
+export function badNames(server: unknown, tool: unknown): string | null {
+  if (typeof server !== "string" || typeof tool !== "string") return "server and tool are names (strings)";
+  if (server.length > MAX_NAME || tool.length > MAX_NAME) return "server or tool name too long";
+  return null;
+}
+
+export function isJsonObject(value: unknown): value is { [key: string]: Json } {
+  return value !== null && typeof value === "object" && !isArray(value);
+}
+
+export class ToolChannel {
+  private nextId = 0;
+
+  constructor(private readonly writer: MessageWriter, private readonly reader: LineReader, private readonly output: Output) {}
+
+  /** Send a call and block until the host answers it; its `result` line, unparsed. (The host answers
+   * a run's calls one at a time, in order, so an awaited call is answered the same way.) The host
+   * writes the answer compactly, `op` and `id` first (`bridge.encode`): a line that starts that way is
+   * taken as it is, so a large result is parsed once, by whoever reads it, not twice. */
+  requestSync(server: string, tool: string, args: { [key: string]: Json }): string {
+    this.output.flush();
+    const id = ++this.nextId;
+    const answer = `{"op":"result","id":${id},`;
+    this.writer.line(
+      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}}`,
+    );
+    for (;;) {
+      const line = this.reader.nextSync();
+      if (line.startsWith(answer)) return line;
+      const message = parseMessage(line);
+      if (message?.op === "result" && message.id === id) return line;
+    }
+  }
+}
+
+// ----- return values --------------------------------------------------------------------------------
+
+/** A value already in JSON terms (a sandbox's report of it), within the cap: a string of at most
+ * `cap` characters (what a cut value is, so a value cut once is not cut again), or another value whose
+ * JSON text has at most `cap` characters; else the first `cap` characters of that text, and `cut`. */
+export function capJson(value: Json, cap: number): { value: Json; cut: boolean } {
+  if (value === null || typeof value === "boolean" || typeof value === "number") return { value, cut: false };
+  if (typeof value === "string" && value.length <= cap) return { value, cut: false };
+  const text = stringify(value);
+  return text.length <= cap ? { value, cut: false } : { value: text.slice(0, cap), cut: true };
+}
+
+/** A script's value as JSON (else as `inspect` shows it), cut to `cap` characters of JSON text. */
+export function encodeValue(value: unknown, cap: number, inspect: (v: unknown) => string): { value: Json; cut: boolean } {
+  if (value === undefined) return { value: null, cut: false };
+  let text: string | undefined;
+  try {
+    text = stringify(value);
+  } catch {
+    text = undefined;
+  }
+  if (text === undefined) {
+    let shown: string;
+    try {
+      shown = String(inspect(value));
+    } catch {
+      shown = "<a value that cannot be shown>";
+    }
+    return shown.length <= cap ? { value: shown, cut: false } : { value: shown.slice(0, cap), cut: true };
+  }
+  return text.length <= cap ? { value: parse(text), cut: false } : { value: text.slice(0, cap), cut: true };
+}
+
+// ----- the run message ------------------------------------------------------------------------------
+
+export interface RunMessage {
+  op: "run";
+  code: string;
+  language: string;
+  max_output: number;
+  allow_network: boolean;
+  /** namespace → its function names */
+  functions: Record<string, string[]>;
+  /** namespace → why its server is not available (configured, but down) */
+  unavailable: Record<string, string>;
+  packages: { name: string; specifier: string }[];
+  pyodide_packages: string[];
+}
+
+function stringList(value: unknown, field: string): string[] {
+  if (!isArray(value) || !value.every((v) => typeof v === "string")) throw new TypeError(`${field}: not a list of strings`);
+  return value;
+}
+
+function record<T>(value: unknown, field: string, item: (v: unknown, where: string) => T): Record<string, T> {
+  if (value === undefined || value === null) return {};
+  if (!isJsonObject(value)) throw new TypeError(`${field}: not an object`);
+  const out: Record<string, T> = Object.create(null);
+  for (const [key, v] of Object.entries(value)) out[key] = item(v, `${field}.${key}`);
+  return out;
+}
+
+/** The run message's fields, each checked (a `TypeError` names the first that is wrong); optional
+ * fields get their defaults. */
+export function parseRunMessage(message: Message): RunMessage {
+  if (message.op !== "run") throw new TypeError("not a run message");
+  const code = message.code ?? "";
+  if (typeof code !== "string") throw new TypeError("code: not a string");
+  const language = message.language ?? "javascript";
+  if (typeof language !== "string") throw new TypeError("language: not a string");
+  const maxOutput = message.max_output ?? DEFAULT_MAX_OUTPUT;
+  if (typeof maxOutput !== "number" || !Number.isSafeInteger(maxOutput) || maxOutput < 0) {
+    throw new TypeError("max_output: not a count of characters");
+  }
+  const allowNetwork = message.allow_network ?? false;
+  if (typeof allowNetwork !== "boolean") throw new TypeError("allow_network: not a boolean");
+  const functions = record(message.functions, "functions", stringList);
+  const unavailable = record(message.unavailable, "unavailable", (v, where) => {
+    if (typeof v !== "string") throw new TypeError(`${where}: not a string`);
+    return v;
+  });
+  const packages = message.packages ?? [];
+  if (
+    !isArray(packages) ||
+    !packages.every((p) => isJsonObject(p) && typeof p.name === "string" && typeof p.specifier === "string")
+  ) {
+    throw new TypeError("packages: not a list of {name, specifier}");
+  }
+  const pyodidePackages = stringList(message.pyodide_packages ?? [], "pyodide_packages");
+  return {
+    op: "run",
+    code,
+    language,
+    max_output: maxOutput,
+    allow_network: allowNetwork,
+    functions,
+    unavailable,
+    packages: packages as { name: string; specifier: string }[],
+    pyodide_packages: pyodidePackages,
+  };
+}
