@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def deno_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def start(tmp_path: Path, deno_dir: Path) -> Callable[[], Any]:
     @asynccontextmanager
-    async def started() -> AsyncIterator[Worker]:
+    async def started() -> AsyncGenerator[Worker]:
         deno = find_deno()
         assert deno is not None
         workspace = tmp_path / f"ws{time.monotonic_ns()}"
@@ -157,7 +157,7 @@ const out: string[] = [];
 for (const use of [() => (down as any).read_file, () => (down as any).read_file({}), () => Object.keys(down).length]) {
   try { out.push(String(use())); } catch (e) { out.push(`${(e as Error).name}: ${(e as Error).message}`); }
 }
-try { await callTool("down", "read_file", {}); } catch (e) { out.push(`${(e as Error).name}: ${(e as Error).message}`); }
+try { await callTool("down", "read_file", {}); } catch (e) { out.push(`${(e as Error).name}: ${(e as Error).message}`) }
 out.push(String((down as any).then), String(typeof (down as any)[Symbol.iterator]));
 export default out;
 """
