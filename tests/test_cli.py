@@ -105,10 +105,10 @@ def test_run_takes_the_language_from_the_extension_unless_given(
     config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
     script = tmp_path / "hello.ts"
     script.write_text("console.log('hi')\n", encoding="utf-8")
-    main(["run", str(script), "--config", str(config), "--json"])
-    captured = capsys.readouterr()
-    # Either a TypeScript runner ran it, or the refusal names the language: never run as Python.
-    assert '"language": "typescript"' in captured.out or "'typescript'" in captured.err
+    assert main(["run", str(script), "--config", str(config), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    # The .ts extension picks TypeScript (the deno runner ships with the package): never run as Python.
+    assert (result["language"], result["runner"], result["output"]) == ("typescript", "deno", "hi\n")
     script.write_text("print('as python')\n", encoding="utf-8")
     assert main(["run", str(script), "--language", "python", "--config", str(config)]) == 0
     assert capsys.readouterr().out == "as python\n"
@@ -122,7 +122,7 @@ def test_every_help_lists_the_options_the_command_takes(command: str, capsys: py
     out = capsys.readouterr().out
     expected = {
         "serve": ["--config", "--http", "--host", "--port", "--path", "--stateless", "CODE_MODE_AUTH_TOKEN"],
-        "run": ["script", "--language", "--runner", "--timeout", "--json", ".ts typescript"],
+        "run": ["script", "--language", "--runner", "--timeout", "--json", ".ts typescript", "--cache", "--packages"],
         "stubs": ["server", "--language", "--config"],
         "doctor": ["--config", "Deno", "bubblewrap", "fix"],
     }[command]

@@ -25,8 +25,8 @@ def test_a_healthy_config_passes_and_each_server_and_runner_is_checked(
     out = capsys.readouterr().out
     assert f"ok    config      {config}: 1 server" in out
     assert "ok    server      fixture: ready, 15 tools" in out
-    assert "ok    runner      local (python; isolation: namespaces): ran a script in" in out
-    assert "ok    runner      cpython (python; isolation: namespaces): ran a script in" in out
+    assert "ok    runner      local (python; isolation: namespaces" in out
+    assert "ok    runner      cpython (python; isolation: namespaces" in out
     assert "bubblewrap" in out and "namespaces work" in out
     assert f"{tmp_path / 'cache' / 'mcp-code-mode'} does not exist yet and can be created" in out
     assert "0 problems" in out
@@ -102,3 +102,86 @@ def test_an_unwritable_folder_fails_with_the_setting_to_change(tmp_path: Path) -
     finding = check_writable("cache", file_in_the_way / "cache", "CODE_MODE_CACHE_DIR")
     assert finding.status == "FAIL" and finding.fix == "set CODE_MODE_CACHE_DIR to a writable folder"
     assert check_writable("workspace", tmp_path, "CODE_MODE_WORKSPACE_DIR").status == "ok"
+
+
+def test_when_the_servers_file_fails_the_cache_checked_is_code_mode_cache_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODE_MODE_CACHE_DIR", str(tmp_path / "my-cache"))
+    config = tmp_path / "servers.json"
+    config.write_text('{"servers": {"x": {"command": "y", "arg": []}}}', encoding="utf-8")
+    assert main(["doctor", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "unknown field 'arg' (did you mean 'args'?)" in out
+    assert f"ok    cache       {tmp_path / 'my-cache'} does not exist yet and can be created" in out
+    assert ".cache/mcp-code-mode" not in out
+
+
+def test_the_env_file_beside_the_servers_file_is_read_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CODE_MODE_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./.env here
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".env").write_text(f"CODE_MODE_CACHE_DIR={tmp_path / 'beside'}\n", encoding="utf-8")
+    config = project / "servers.json"
+    config.write_text('{"servers": {"x": {"type": "carrier-pigeon"}}}', encoding="utf-8")
+    main(["doctor", "--config", str(config)])
+    out = capsys.readouterr().out
+    assert f"info  env         read {project / '.env'} (the environment wins)" in out
+    assert f"ok    cache       {tmp_path / 'beside'} does not exist yet and can be created" in out
+
+
+def _no_deno(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_code_mode import doctor
+    from mcp_code_mode.runners import deno, pyodide
+
+    for module in (deno, pyodide, doctor):
+        monkeypatch.setattr(module, "find_deno", lambda: None)
+
+
+def test_without_deno_the_doctor_reports_it_and_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_deno(monkeypatch)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    config = write_config(tmp_path / "servers.json", {})
+    status = main(["doctor", "--config", str(config)])  # returns: no traceback, whatever else fails
+    out = capsys.readouterr().out
+    assert "warn  deno        not found: the JavaScript/TypeScript and Pyodide runners need it" in out
+    assert "pip install deno" in out
+    assert out.rstrip().splitlines()[-1].endswith("warnings") and status == (1 if "FAIL" in out else 0)
+
+
+DOCTOR_WITHOUT_DENO = """
+import sys
+from mcp_code_mode import doctor
+from mcp_code_mode.runners import deno, pyodide
+for module in (deno, pyodide, doctor):
+    module.find_deno = lambda: None
+from mcp_code_mode.cli import main
+sys.exit(main(["doctor", "--config", sys.argv[1]]))
+"""
+
+
+def test_without_deno_in_a_minimal_environment_the_doctor_ends_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = write_config(tmp_path / "servers.json", {})
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CODE_MODE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", DOCTOR_WITHOUT_DENO, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert "warn  deno        not found" in proc.stdout
+    assert f"{tmp_path / 'cache'} does not exist yet and can be created" in proc.stdout
+    assert proc.returncode in (0, 1) and proc.stdout.rstrip().splitlines()[-1].endswith("warnings")

@@ -11,12 +11,21 @@ from pathlib import Path
 import anyio
 
 from . import __version__
+from .cache import CACHE_MODES
 from .cache.cli import add_cache_parser, run_cache_command
 from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
 from .errors import CodeModeError, ConfigError
 
-CONFIG_HELP = "servers file (default: $CODE_MODE_CONFIG, else ./mcp_servers.json)"
+CONFIG_HELP = (
+    "servers file (default: $CODE_MODE_CONFIG, else ./mcp_servers.json). Variables and CODE_MODE_* settings "
+    "come from the environment, then from the .env beside this file, then from ./.env"
+)
+RUN_CACHE_HELP = (
+    "what a stored result of the same script does (default: refresh): refresh always runs the script and "
+    "stores its result; off runs it and stores nothing; auto replays a stored result of a run that had no side "
+    "effects and is younger than CODE_MODE_CACHE_TTL; reuse replays any stored result. A replay says so on stderr"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run a script against the configured servers and print its output and errors",
         description="Run a script with the same runners and tools as execute_code, outside any agent: printed "
         "output streams to stdout as it is printed; the return value follows, and the error and a summary go to "
-        "stderr. Exit status 0 when the script succeeded, 1 when it failed.",
+        "stderr. Exit status 0 when the script succeeded, 1 when it failed. The script runs every time unless "
+        "--cache auto or reuse lets a stored result be replayed, which is said on stderr.",
     )
     run.add_argument("script", type=Path, help="the script file ('-' reads standard input)")
     run.add_argument("--config", type=Path, help=CONFIG_HELP)
@@ -64,6 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runner", help="runner to use (default: the language's default runner)")
     run.add_argument("--timeout", type=int, help="timeout in milliseconds (default: $CODE_MODE_DEFAULT_TIMEOUT_MS)")
     run.add_argument("--json", action="store_true", help="print only the whole result, as JSON, at the end")
+    run.add_argument("--cache", choices=CACHE_MODES, default="refresh", help=RUN_CACHE_HELP)
+    run.add_argument(
+        "--packages",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="whitelisted packages to install for the script, e.g. --packages requests --packages 'numpy>=1.26'; "
+        "also a comma list: --packages requests,pyyaml (see list_allowed_packages)",
+    )
 
     stubs = sub.add_parser("stubs", help="print the stubs scripts see for the configured servers")
     stubs.add_argument("server", nargs="?", help="only this server")
@@ -136,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 def _cache(args: argparse.Namespace) -> int:
     """The cache commands need settings only: no servers file, no servers started."""
     try:
-        settings = Settings.from_env(load_environment())
+        settings = Settings.from_env(load_environment(config=args.config))
     except ConfigError as exc:
         print(f"mcp-code-mode: configuration error\n{exc}", file=sys.stderr)
         return 2
@@ -186,12 +205,39 @@ async def _run(config: CodeModeConfig, args: argparse.Namespace) -> int:
 
     async with CodeMode(_one_shot(config)) as cm:
         result = await cm.execute(
-            code, language, timeout_ms=args.timeout, runner=args.runner, on_output=None if args.json else stream
+            code,
+            language,
+            packages=split_packages(args.packages) or None,
+            timeout_ms=args.timeout,
+            runner=args.runner,
+            on_output=None if args.json else stream,
+            cache=args.cache,
         )
     if printed and not printed[-1].endswith("\n"):
         sys.stdout.write("\n")
+    if result.cached:
+        print(
+            f"[replayed from the cache (--cache {args.cache}): the script did not run; "
+            f"stored result {result.hash[:12]}; --cache refresh runs it again]",
+            file=sys.stderr,
+        )
     _print_result(result, as_json=args.json)
     return 0 if result.success else 1
+
+
+def split_packages(values: list[str]) -> list[str]:
+    """``--packages`` values, each one requirement or a comma list of them. A comma followed by a version
+    operator continues the requirement before it (``numpy>=1.26,<2`` is one requirement)."""
+    out: list[str] = []
+    for value in values:
+        requirements: list[str] = []
+        for part in (p.strip() for p in value.split(",")):
+            if part and requirements and part[0] in "<>=!~":
+                requirements[-1] = f"{requirements[-1]},{part}"
+            elif part:
+                requirements.append(part)
+        out.extend(requirements)
+    return out
 
 
 def _print_result(result: RunResult, *, as_json: bool) -> None:

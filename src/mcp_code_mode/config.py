@@ -12,7 +12,9 @@ happens when a server starts, so an unset variable makes that one server fail to
 message naming it) while the others serve.
 
 Settings come from ``CODE_MODE_*`` variables in the environment or ``.env``; ``.env.example`` lists
-every one with its default.
+every one with its default. ``.env`` is the one beside the servers file and ``./.env``: the environment
+wins over both, and the one beside the servers file over ``./.env`` (``$CODE_MODE_ENV_FILE`` names a single
+file instead).
 """
 
 from __future__ import annotations
@@ -264,18 +266,41 @@ class Settings(BaseModel):
 _NON_SETTINGS = {"env_file"}
 
 
-def load_environment(cwd: Path | None = None) -> dict[str, str]:
-    """The variables for settings and ``${VAR}`` expansion: ``.env`` values overlaid by the real environment.
+def env_files(config: Path | None = None, cwd: Path | None = None) -> list[Path]:
+    """The ``.env`` files read, lowest precedence first: ``./.env``, then the one beside the servers file.
 
-    ``.env`` is ``$CODE_MODE_ENV_FILE`` when set, else ``./.env`` when it exists.
+    ``$CODE_MODE_ENV_FILE`` alone when set. The servers file is ``config``, else ``$CODE_MODE_CONFIG`` (from the
+    environment or ``./.env``), else ``./mcp_servers.json``; a file that does not exist is left out.
     """
     env_file = os.environ.get(f"{ENV_PREFIX}ENV_FILE")
-    path = Path(env_file) if env_file else (cwd or Path.cwd()) / ".env"
+    if env_file:
+        if not Path(env_file).is_file():
+            raise ConfigError(f"{ENV_PREFIX}ENV_FILE: {env_file} does not exist")
+        return [Path(env_file)]
+    here = (cwd or Path.cwd()) / ".env"
+    found = [here] if here.is_file() else []
+    if config is None:
+        named = os.environ.get(f"{ENV_PREFIX}CONFIG") or (_read_env(here).get(f"{ENV_PREFIX}CONFIG") if found else None)
+        config = Path(named) if named else (cwd or Path.cwd()) / DEFAULT_CONFIG_NAME
+    if not config.is_absolute():
+        config = (cwd or Path.cwd()) / config
+    beside = config.parent / ".env"
+    if beside.is_file() and not (found and beside.resolve() == here.resolve()):
+        found.append(beside)
+    return found
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    return {k: v for k, v in dotenv_values(path, encoding="utf-8").items() if v is not None}
+
+
+def load_environment(cwd: Path | None = None, *, config: Path | None = None) -> dict[str, str]:
+    """The variables for settings and ``${VAR}`` expansion: the ``.env`` files of ``env_files`` (the one
+    beside the servers file over ``./.env``), overlaid by the real environment, which always wins."""
     values: dict[str, str] = {}
-    if path.is_file():
-        values = {k: v for k, v in dotenv_values(path).items() if v is not None}
-    elif env_file:
-        raise ConfigError(f"{ENV_PREFIX}ENV_FILE: {env_file} does not exist")
+    for path in env_files(config, cwd):
+        values |= _read_env(path)
+        logger.info("read variables from %s", path)
     return values | dict(os.environ)
 
 
@@ -503,7 +528,7 @@ class CodeModeConfig(BaseModel):
     @classmethod
     def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> CodeModeConfig:
         """Load settings and the servers file; ``path`` overrides ``CODE_MODE_CONFIG``."""
-        variables = dict(env) if env is not None else load_environment()
+        variables = dict(env) if env is not None else load_environment(config=Path(path) if path is not None else None)
         settings = Settings.from_env(variables)
         chosen = Path(path) if path is not None else settings.config or Path(DEFAULT_CONFIG_NAME)
         return cls(path=chosen, servers=load_servers(chosen), settings=settings, env=variables)

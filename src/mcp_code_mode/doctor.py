@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
-from .config import CodeModeConfig, Settings, resolve_server
+from .config import CodeModeConfig, Settings, env_files, load_environment, resolve_server
 from .engine import CodeMode
 from .errors import CodeModeError, ConfigError
 from .runners.deno import find_deno
@@ -121,8 +121,18 @@ async def _check_engine(config: CodeModeConfig) -> list[Finding]:
     # The probes must not touch (or create) the real script cache: give the engine a scratch one.
     with tempfile.TemporaryDirectory(prefix="mcp-code-mode-doctor-") as scratch:
         settings = config.settings.model_copy(update={"cache_dir": Path(scratch)})
-        async with CodeMode(config.model_copy(update={"settings": settings})) as cm:
-            findings.extend(await _check_servers_and_runners(cm, config))
+        try:
+            async with CodeMode(config.model_copy(update={"settings": settings})) as cm:
+                findings.extend(await _check_servers_and_runners(cm, config))
+        except CodeModeError as exc:  # e.g. a runner that cannot be built without Deno: the server would not start
+            findings.append(
+                Finding(
+                    "FAIL",
+                    "engine",
+                    f"the server cannot start: {exc}",
+                    "fix what the message names (the checks below say what is missing)",
+                )
+            )
     return findings
 
 
@@ -163,6 +173,26 @@ async def _probe_runner(cm: CodeMode, name: str, languages: tuple[str, ...], iso
     )
 
 
+def check_env_files(config_path: Path | None) -> Finding:
+    """Which ``.env`` files the settings and ``${VAR}`` values come from (after the environment)."""
+    try:
+        files = env_files(config_path)
+    except ConfigError as exc:
+        return Finding("FAIL", "env", str(exc), "point CODE_MODE_ENV_FILE at an existing file, or unset it")
+    if not files:
+        return Finding("info", "env", "no .env file (looked in ./.env and beside the servers file)")
+    return Finding("info", "env", "read " + ", then ".join(str(f) for f in files) + " (the environment wins)")
+
+
+def _settings_alone(config_path: Path | None) -> Settings:
+    """The settings when the servers file did not load: the environment and ``.env`` still say where the
+    cache and workspace are (``CODE_MODE_CACHE_DIR``); the defaults only when the settings are broken too."""
+    try:
+        return Settings.from_env(load_environment(config=config_path))
+    except ConfigError:
+        return Settings()
+
+
 async def diagnose(config_path: Path | None) -> list[Finding]:
     findings: list[Finding] = []
     config: CodeModeConfig | None = None
@@ -170,6 +200,7 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
         config = CodeModeConfig.load(config_path)
     except ConfigError as exc:
         findings.append(Finding("FAIL", "config", str(exc), "fix the file or the setting named above"))
+    findings.append(check_env_files(config_path))
     if config is not None:
         count = len(config.servers)
         findings.append(Finding("ok", "config", f"{config.path}: {count} server{'' if count == 1 else 's'}"))
@@ -177,7 +208,7 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
             findings.append(Finding("warn", "config", "no servers: scripts will have no tools", "add servers"))
         findings.extend(await _check_engine(config))
     findings.append(check_deno(find_deno()))
-    settings = config.settings if config is not None else Settings()
+    settings = config.settings if config is not None else _settings_alone(config_path)
     findings.append(check_bubblewrap(settings, find_bwrap()))
     findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))
     workspace = settings.workspace_dir or Path(tempfile.gettempdir())

@@ -26,26 +26,37 @@ def add_cache_parser(sub: Any) -> None:
         "$CODE_MODE_CACHE_DIR (default: ~/.cache/mcp-code-mode).",
     )
     commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", required=True)
+    # Every subcommand takes --config: no servers file is read, but .env beside it is (CODE_MODE_CACHE_DIR).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        help="servers file whose folder's .env is read for CODE_MODE_* settings such as CODE_MODE_CACHE_DIR "
+        "(the file itself is not read and need not exist; default: $CODE_MODE_CONFIG, else ./mcp_servers.json)",
+    )
 
-    search = commands.add_parser("search", help="find cached scripts by describing the task")
+    search = commands.add_parser("search", parents=[common], help="find cached scripts by describing the task")
     search.add_argument("query", help="the task in words, e.g. 'parse CSV and sum a column'")
     search.add_argument("--language", help="only scripts in this language")
     search.add_argument("--limit", type=int, default=5, help="how many results (default: 5)")
     search.add_argument("--json", action="store_true", help="print JSON")
 
-    listing = commands.add_parser("list", help="list cached scripts, most recently used first")
+    listing = commands.add_parser("list", parents=[common], help="list cached scripts, most recently used first")
     listing.add_argument("--language", help="only scripts in this language")
     listing.add_argument("--limit", type=int, default=20, help="how many scripts (default: 20)")
     listing.add_argument("--json", action="store_true", help="print JSON")
 
-    show = commands.add_parser("show", help="print one script: code, output, tools and stats")
+    show = commands.add_parser("show", parents=[common], help="print one script: code, output, tools and stats")
     show.add_argument("hash", help="the script's hash, or a unique prefix of at least 6 characters")
     show.add_argument("--json", action="store_true", help="print JSON")
 
-    commands.add_parser("stats", help="print totals, size, per-language counts and the hit rate (JSON)")
+    commands.add_parser(
+        "stats", parents=[common], help="print totals, size, per-language counts and the hit rate (JSON)"
+    )
 
     prune = commands.add_parser(
         "prune",
+        parents=[common],
         help="delete scripts, package environments and Pyodide snapshots not used for a while",
         description="Delete scripts not used (run or replayed), package environments not used, and Pyodide "
         "memory snapshots of other versions not used, for --older-than days (the newest snapshot stays).",
@@ -58,7 +69,9 @@ def add_cache_parser(sub: Any) -> None:
         help=f"age in days since last use (default: {DEFAULT_PRUNE_DAYS:g})",
     )
 
-    export = commands.add_parser("export", help="write every script as JSON lines (one object per script)")
+    export = commands.add_parser(
+        "export", parents=[common], help="write every script as JSON lines (one object per script)"
+    )
     export.add_argument("--output", "-o", type=Path, help="file to write (default: standard output)")
 
 
