@@ -33,26 +33,28 @@ class Clock:
         return self.now
 
 
-def test_the_first_write_goes_out_at_once_and_later_ones_wait_for_the_interval() -> None:
+def test_the_first_line_goes_out_at_once_and_later_ones_wait_for_the_interval() -> None:
     sent: list[str] = []
     clock = Clock()
     buffer = cm_runtime.OutputBuffer(sent.append, 1000, clock)
-    buffer.write("a\n")
+    buffer.write("a")
+    assert sent == [] and not buffer.due()  # a line's first piece waits for the rest of the line
+    buffer.write("\n")
     assert sent == ["a\n"]
     buffer.write("b\n")
     assert sent == ["a\n"] and buffer.pending and not buffer.due()
     clock.now += cm_runtime.FLUSH_SECONDS + 0.001
-    assert buffer.due()
+    assert buffer.due()  # pending for the interval: the runner's flusher sends it
     buffer.write("c\n")
     assert sent == ["a\n", "b\nc\n"] and not buffer.pending
 
 
 def test_a_full_chunk_goes_out_at_once_and_text_past_the_cap_is_counted_as_dropped() -> None:
     sent: list[str] = []
-    buffer = cm_runtime.OutputBuffer(sent.append, cm_runtime.CHUNK_CHARS + 11, Clock())
-    buffer.write("x")
+    buffer = cm_runtime.OutputBuffer(sent.append, cm_runtime.CHUNK_CHARS + 12, Clock())
+    buffer.write("x\n")
     buffer.write("y" * cm_runtime.CHUNK_CHARS)
-    assert sent == ["x", "y" * cm_runtime.CHUNK_CHARS]
+    assert sent == ["x\n", "y" * cm_runtime.CHUNK_CHARS]
     assert buffer.write("z" * 25) == 25
     assert buffer.dropped == 15
     assert buffer.take() == "z" * 10 and buffer.take() == ""

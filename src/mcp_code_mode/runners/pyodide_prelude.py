@@ -21,7 +21,7 @@ when the call is written inside an ``await`` expression (``await fs.read_text_fi
 ``await asyncio.gather(*[fs.read_text_file(path=p) for p in paths])``); everywhere else (other
 top-level statements, a plain ``def``, a ``lambda``) it returns the result. The calls run one at a time.
 
-Printed output is kept up to the run's cap and sent at once when a write comes more than
+Printed output is kept up to the run's cap and sent at once when a line ends more than
 ``FLUSH_SECONDS`` after the last send; text still pending is sent before a tool call, before
 ``time.sleep`` and ``asyncio.sleep``, and, since Python runs on the JavaScript thread (no timer fires
 while it computes), by a ``sys.monitoring`` hook that is on only while text is pending.

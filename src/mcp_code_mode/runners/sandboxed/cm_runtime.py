@@ -135,9 +135,10 @@ class OutputBuffer:
     """Printed text of a run: kept up to ``cap`` characters, the rest counted in ``dropped``.
 
     The rule for sending (``send(text)``): at once when ``CHUNK_CHARS`` are pending, or when a write
-    comes more than ``FLUSH_SECONDS`` after the last send; otherwise the text waits for ``flush``, which
-    the runner calls on its own clock (a thread in the zygote; a monitoring hook, and before sleeps,
-    tool calls and the end, under Pyodide). Not locked: a caller with threads holds its own lock.
+    that ends a line comes more than ``FLUSH_SECONDS`` after the last send (so the pieces of one
+    ``print`` go together); otherwise the text waits for ``flush``, which the runner calls on its own
+    clock (a thread in the zygote; a monitoring hook, and before sleeps, tool calls and the end, under
+    Pyodide). Not locked: a caller with threads holds its own lock.
     """
 
     def __init__(self, send: Callable[[str], None], cap: int, clock: Callable[[], float] = _monotonic) -> None:
@@ -148,15 +149,16 @@ class OutputBuffer:
         self.dropped = 0
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._last_send = float("-inf")  # the first text goes out at once
+        self._last_send = float("-inf")  # the first line goes out at once
+        self._pending_since = 0.0
 
     @property
     def pending(self) -> bool:
         return self._pending_chars > 0
 
     def due(self) -> bool:
-        """Whether pending text is older than the flush interval (as far as the last send tells)."""
-        return self._pending_chars > 0 and self._clock() - self._last_send >= FLUSH_SECONDS
+        """Whether text has been pending for the flush interval (when to send it without a write)."""
+        return self._pending_chars > 0 and self._clock() - self._pending_since >= FLUSH_SECONDS
 
     def write(self, text: str) -> int:
         """Keep ``text`` (as much as the cap allows); send what is pending when the rule says so."""
@@ -169,10 +171,13 @@ class OutputBuffer:
             self.dropped += size - room
             text = text[:room]
         if text:
+            now = self._clock()
+            if not self._pending_chars:
+                self._pending_since = now
             self.used += len(text)
             self._pending.append(text)
             self._pending_chars += len(text)
-            if self._pending_chars >= CHUNK_CHARS or self.due():
+            if self._pending_chars >= CHUNK_CHARS or (text[-1] == "\n" and now - self._last_send >= FLUSH_SECONDS):
                 self.flush()
         return size
 
