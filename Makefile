@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: install demo test lint typecheck format clean conformance inspector bench
+.PHONY: install demo test test-fast lint typecheck format clean conformance inspector bench
 
 install: $(PY_STAMP) $(NODE_STAMP)
 
@@ -28,6 +28,14 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The fast tier: unit tests with fakes (no downstream server, no sandboxed worker), well under a minute.
+FAST_TESTS := tests/engine tests/bridge tests/test_architecture.py tests/test_public_api.py tests/test_config.py \
+	tests/test_local_constructs.py tests/stubs/test_python.py tests/packages/test_policy.py tests/runners/test_npm.py \
+	tests/cache/test_keys.py tests/cache/test_describe.py tests/cache/test_search.py tests/test_tokens.py
+
+test-fast: install
+	$(BIN)/python -m pytest -q $(FAST_TESTS)
 
 # Checks from outside, with Node 22 and the pinned tools installed into .tools/ (not part of `make test`:
 # they need npm on first use and start the server over HTTP).
