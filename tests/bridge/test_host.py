@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mcp_code_mode.bridge import serve_run
 from mcp_code_mode.bridge.fake import FakeWorker
-from mcp_code_mode.bridge.host import HostRun
+from mcp_code_mode.bridge.host import HostRun, cap_value
 
 pytestmark = pytest.mark.anyio
 
@@ -146,3 +146,27 @@ def test_any_bytes_from_a_run_end_it_with_an_outcome_and_never_raise(lines: list
     if hosted.ended != "done":
         assert not hosted.outcome.success
     assert len(hosted.outcome.output) <= 1000
+
+
+def test_the_host_cuts_a_return_value_over_the_cap_whatever_the_sandbox_sent() -> None:
+    big = {"rows": ["x" * 50] * 100}
+    text = json.dumps(big, ensure_ascii=False)
+    assert cap_value(big, 100) == (text[:100], True)
+    assert cap_value("y" * 101, 100) == ("y" * 100, True)
+    assert cap_value({"a": 1}, 100) == ({"a": 1}, False)
+    assert cap_value(12345678901234567890, 5) == (12345678901234567890, False)
+
+
+def test_cutting_a_value_the_sandbox_already_cut_changes_nothing() -> None:
+    cut, was_cut = cap_value({"big": "x" * 1000}, 100)
+    assert was_cut and isinstance(cut, str) and len(cut) == 100
+    assert cap_value(cut, 100) == (cut, False)
+    assert cap_value('"quoted" \\ text', 16) == ('"quoted" \\ text', False)
+
+
+async def test_a_done_with_an_oversize_value_ends_truncated() -> None:
+    worker = FakeWorker([{"op": "done", "success": True, "returnValue": ["z" * 80] * 50}])
+    hosted = await serve_run(worker, Answers(), timeout=5, max_output=200)
+    assert hosted.ended == "done"
+    assert hosted.outcome.truncated
+    assert isinstance(hosted.outcome.return_value, str) and len(hosted.outcome.return_value) == 200

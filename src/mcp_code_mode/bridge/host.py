@@ -106,14 +106,16 @@ async def serve_run(
 
 
 def cap_value(value: Any, cap: int) -> tuple[Any, bool]:
-    """A run's return value within ``cap`` characters of JSON, and whether it had to be cut.
+    """A run's return value within ``cap`` characters, and whether it had to be cut.
 
     Every runner's sandbox cuts its own value the same way; the host does it again, because what a run
-    sends is not believed: a larger value becomes the first ``cap`` characters of its JSON text."""
+    sends is not believed: a string longer than ``cap`` keeps its first ``cap`` characters, any other value
+    whose JSON is longer becomes the first ``cap`` characters of that JSON text (a value the sandbox already
+    cut is within the cap, so cutting is idempotent)."""
     if value is None or isinstance(value, (bool, int, float)):
         return value, False
-    if isinstance(value, str) and len(value) <= cap // 6:
-        return value, False  # even fully escaped, its JSON fits
+    if isinstance(value, str):
+        return (value, False) if len(value) <= cap else (value[:cap], True)
     text = json.dumps(value, ensure_ascii=False, default=repr)
     if len(text) <= cap:
         return value, False
