@@ -79,3 +79,38 @@ async def test_prune_removes_environments_unused_for_a_while(tmp_path: Path) -> 
     removed = envs.prune(unused_for=86400)
     assert len(removed) == 1 and old.key in removed[0]
     assert not old.path.exists() and fresh.path.exists()
+
+
+INSTALL_SIX = (
+    "import anyio, sys\nfrom pathlib import Path\nfrom mcp_code_mode.packages import PythonEnvironments\n"
+    "env = anyio.run(PythonEnvironments(Path(sys.argv[1])).ensure, 'cpython', ['six'])\n"
+    "print((env.path / 'six.py').is_file())\n"
+)
+
+
+def test_an_install_from_a_server_started_with_a_minimal_environment_trusts_the_system_certificates(
+    tmp_path: Path,
+) -> None:
+    # What an MCP client passes a server it starts: no SSL_CERT_FILE, no proxy settings, an empty uv cache. Behind
+    # a TLS-inspecting proxy (as here) uv's own bundle does not know the proxy's issuer; the OS store does.
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "USER": "nobody", "SHELL": "/bin/sh", "TERM": "dumb"}
+    proc = subprocess.run(
+        [sys.executable, "-c", INSTALL_SIX, str(tmp_path / "envs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True"
+
+
+def test_uv_gets_the_system_store_unless_told_otherwise_and_keeps_ssl_cert_file() -> None:
+    from mcp_code_mode.packages.envs import uv_environment
+
+    env = uv_environment({"PATH": "/bin", "SSL_CERT_FILE": "/etc/my-ca.pem", "UV_NATIVE_TLS": "0"})
+    assert env == {"PATH": "/bin", "SSL_CERT_FILE": "/etc/my-ca.pem", "UV_NATIVE_TLS": "0", "UV_SYSTEM_CERTS": "1"}

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,20 @@ class Environment:
     """True when this call installed it (false: it was already there)."""
     seconds: float
     """Time spent installing or waiting for another installer."""
+
+
+def uv_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """uv's environment: this process's, with the operating system's certificate store trusted.
+
+    uv otherwise trusts only its own bundle (webpki roots), so behind a TLS-inspecting proxy every install
+    fails with ``invalid peer certificate: UnknownIssuer`` unless the environment says otherwise. Newer uv
+    releases read ``UV_SYSTEM_CERTS``, older ones ``UV_NATIVE_TLS``; ``SSL_CERT_FILE``, when set, is honoured by
+    both. A value the user set for either is kept.
+    """
+    env = dict(os.environ if environ is None else environ)
+    for name in ("UV_SYSTEM_CERTS", "UV_NATIVE_TLS"):
+        env.setdefault(name, "1")
+    return env
 
 
 def find_uv() -> str | None:
@@ -112,7 +126,7 @@ class PythonEnvironments:
         logger.info("installing %s for %s", " ".join(requirements), runner)
         try:
             with anyio.fail_after(self.install_timeout):
-                proc = await anyio.run_process(argv, check=False, stdin=subprocess.DEVNULL)
+                proc = await anyio.run_process(argv, check=False, stdin=subprocess.DEVNULL, env=uv_environment())
             if proc.returncode != 0:
                 raise PackageError(f"installing {' '.join(requirements)} failed: {_summary(proc.stderr)}")
             meta = {"requirements": requirements, "runner": runner, "python": self.version, "created": time.time()}
