@@ -1,20 +1,23 @@
 // The worker program of the `pyodide` runner: CPython (Pyodide, WebAssembly) under Deno.
 //
-//   deno run <permissions> pyodide_worker.js serve    PYODIDE_DIR SNAPSHOT WHEELS_DIR [PACKAGE_INDEX]
-//   deno run <permissions> pyodide_worker.js snapshot PYODIDE_DIR OUT PRELUDE
+//   deno run <permissions> pyodide_worker.ts serve    PYODIDE_DIR SNAPSHOT WHEELS_DIR [PACKAGE_INDEX]
+//   deno run <permissions> pyodide_worker.ts snapshot PYODIDE_DIR OUT PRELUDE
 //
-// `snapshot` boots Pyodide once (seconds), imports the prelude (`pyodide_prelude.py`, as `_codemode`)
-// and the common standard-library modules, and writes a memory snapshot to OUT. (A memory snapshot
-// holds the interpreter's memory, not its file system: files are added after a restore.)
+// `snapshot` boots Pyodide once (seconds), imports the prelude (`pyodide_prelude.py`, as `_codemode`,
+// beside `sandboxed/cm_runtime.py` as `cm_runtime` when that file is there) and the common
+// standard-library modules, and writes a memory snapshot to OUT. (A memory snapshot holds the
+// interpreter's memory, not its file system: files are added after a restore.)
 //
 // `serve` restores an interpreter from the snapshot, mounts the current directory (the run's
 // workspace) at /workspace and the wheel cache at /wheels, unpacks micropip from its wheel, says
 // `ready`, and serves exactly one run over the bridge protocol of
 // `mcp_code_mode.bridge` (JSON lines on stdin/stdout), then exits: every run gets a fresh
-// interpreter, and nothing carries over. The host keeps a few of these waiting.
+// interpreter, and nothing carries over. The host keeps a few of these waiting. The line reader and
+// writer, the output buffer, the tool channel and the checks of the run message and of the return
+// value are shared with the deno runner's worker (worker_runtime.ts).
 //
 // Deno's permissions are the sandbox: the host grants read of the Pyodide files, the snapshot and
-// this script, read/write of the workspace, and network only when runs may use it; never env, run,
+// this program, read/write of the workspace, and network only when runs may use it; never env, run,
 // ffi or sys. Before the script runs, this program revokes network (unless the run allows it) and
 // read of everything but the workspace and the package wheels.
 //
@@ -27,151 +30,44 @@
 // program writes is built here and serialized here.
 
 import nodeFs from "node:fs";
+import {
+  badNames,
+  capJson,
+  isJsonObject,
+  type Json,
+  LineReader,
+  type Message,
+  MessageWriter,
+  Output,
+  parseMessage,
+  parseRunMessage,
+  RUNTIME_URL,
+  ToolChannel,
+} from "./worker_runtime.ts";
 
-const MAX_CHUNK = 8192;
-const FLUSH_MS = 50;
-
-const encoder = new TextEncoder();
-const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
-const exit = Deno.exit.bind(Deno);
+const realStdout = Deno.stdout;
+const realStdin = Deno.stdin;
+const exit: (code?: number) => never = Deno.exit.bind(Deno);
 const revokePermission = Deno.permissions.revokeSync.bind(Deno.permissions);
 const jsonStringify = JSON.stringify;
 const jsonParse = JSON.parse;
 const isArray = Array.isArray;
-const MAX_NAME = 256;
 
 // Nothing but bridge messages may reach stdout: console output goes to stderr.
-for (const name of ["log", "info", "debug", "dir", "table", "trace"]) {
+for (const name of ["log", "info", "debug", "dir", "table", "trace"] as const) {
   console[name] = console.error;
 }
 
-function send(...messages) {
-  writeLine(messages.map((m) => jsonStringify(m)).join("\n"));
-}
-
-function writeLine(line) {
-  let data = encoder.encode(line + "\n");
-  while (data.length > 0) {
-    const written = stdoutWrite(data);
-    data = data.subarray(written);
-  }
-}
-
-// ----- printed output: capped, sent in chunks ------------------------------------------------
-
-const output = {
-  cap: 100000,
-  used: 0,
-  dropped: 0,
-  pending: [],
-  pendingChars: 0,
-  lastFlush: performance.now(),
-
-  write(text) {
-    text = String(text);
-    const room = this.cap - this.used;
-    if (room <= 0) {
-      this.dropped += text.length;
-      return;
-    }
-    if (text.length > room) {
-      this.dropped += text.length - room;
-      text = text.slice(0, room);
-    }
-    this.used += text.length;
-    this.pending.push(text);
-    this.pendingChars += text.length;
-    if (this.pendingChars >= MAX_CHUNK || performance.now() - this.lastFlush >= FLUSH_MS) {
-      this.flush();
-    }
-  },
-
-  /** Send what is pending, then `then` (the run's done) in the same write: the host reads them at once. */
-  flush(...then) {
-    const messages = this.pending.length > 0 ? [{ op: "output", data: this.pending.join("") }] : [];
-    this.pending = [];
-    this.pendingChars = 0;
-    if (messages.length + then.length > 0) send(...messages, ...then);
-    this.lastFlush = performance.now();
-  },
-};
-
-// ----- the host's messages, and its answers to tool calls ---------------------------------------
-//
+const writer = new MessageWriter((p) => realStdout.writeSync(p));
 // Until the run message, stdin is read asynchronously (the worker waits, warm, in the event loop).
 // From the run on, it is read only synchronously: a stub call writes its request and blocks in
 // `readSync` until its answer is there, with no promise, no suspended WebAssembly stack and no
 // thread-pool read in between (about 0.3 ms a call instead of 1.2).
-
-const stdinReader = Deno.stdin.read.bind(Deno.stdin);
-const stdinReadSync = Deno.stdin.readSync.bind(Deno.stdin);
-
-const stdin = {
-  decoder: new TextDecoder(),
-  buffer: "",
-  chunk: new Uint8Array(1 << 16),
-
-  take() {
-    let index;
-    while ((index = this.buffer.indexOf("\n")) >= 0) {
-      const line = this.buffer.slice(0, index);
-      this.buffer = this.buffer.slice(index + 1);
-      if (line.trim()) return line;
-    }
-    return null;
-  },
-
-  add(count) {
-    this.buffer += this.decoder.decode(this.chunk.subarray(0, count), { stream: true });
-  },
-
-  async next() {
-    for (;;) {
-      const line = this.take();
-      if (line !== null) return line;
-      const count = await stdinReader(this.chunk);
-      if (count === null) return null;
-      this.add(count);
-    }
-  },
-
-  nextSync() {
-    for (;;) {
-      const line = this.take();
-      if (line !== null) return line;
-      const count = stdinReadSync(this.chunk);
-      if (count === null) exit(0); // the host is gone
-      this.add(count);
-    }
-  },
-};
-
-let nextId = 0;
-
-// Send a tool call and block until the host answers it: its `result` line, which Python parses. (The
-// host answers the calls of a run one at a time, in order, so an awaited call is answered the same
-// way.) The host writes the answer compactly, `op` and `id` first (`bridge.encode`): a line that starts
-// that way is taken as it is, so a large result is parsed once, by Python, not twice.
-function requestSync(server, tool, argumentsJson) {
-  output.flush();
-  nextId += 1;
-  const id = nextId;
-  const answer = `{"op":"result","id":${id},`;
-  writeLine(
-    `{"op":"call","id":${id},"server":${jsonStringify(server)},` +
-      `"tool":${jsonStringify(tool)},"arguments":${jsonStringify(argumentsJson)}}`,
-  );
-  for (;;) {
-    const line = stdin.nextSync();
-    if (line.startsWith(answer)) return line;
-    try {
-      const message = JSON.parse(line);
-      if (message.op === "result" && message.id === id) return line;
-    } catch {
-      // not a message: skip it
-    }
-  }
-}
+const reader = new LineReader((p) => realStdin.read(p), (p) => realStdin.readSync(p), () => exit(0));
+// No timer: Python runs on this thread, so a timer could not fire while it computes; a write sends
+// what is pending once the last send is `FLUSH_MS` old, and the prelude asks for a flush before it waits.
+const output = new Output(writer);
+const tools = new ToolChannel(writer, reader, output);
 
 // ----- the bridge: the one JavaScript function Python holds ---------------------------------------
 //
@@ -180,13 +76,20 @@ function requestSync(server, tool, argumentsJson) {
 // string, `undefined`, or, before the run only, a Promise of the next host message. It has no prototype,
 // so its JsProxy leads nowhere.
 
-const bridgeState = { running: false, runLine: null, nextMessage: null, echo: (text) => Promise.resolve(text) };
+type Bridge = (op: unknown, a?: unknown, b?: unknown, c?: unknown) => unknown;
 
-function refusal(message) {
+const bridgeState: {
+  running: boolean;
+  runLine: string | null;
+  nextMessage: (() => Promise<string>) | null;
+  echo: (text: string) => Promise<string>;
+} = { running: false, runLine: null, nextMessage: null, echo: (text) => Promise.resolve(text) };
+
+function refusal(message: string): string {
   return jsonStringify({ op: "result", error: { type: "NotCapable", message } });
 }
 
-function bridgeCall(op, a, b, c) {
+function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown): unknown {
   if (op === "output") {
     if (typeof a === "string") output.write(a);
     return undefined;
@@ -199,17 +102,16 @@ function bridgeCall(op, a, b, c) {
     if (typeof a !== "string" || typeof b !== "string" || typeof c !== "string") {
       return refusal("a tool call takes a server, a tool and JSON arguments, as strings");
     }
-    if (a.length > MAX_NAME || b.length > MAX_NAME) return refusal("server or tool name too long");
-    let args;
+    const badName = badNames(a, b);
+    if (badName) return refusal(badName);
+    let args: unknown;
     try {
       args = jsonParse(c);
     } catch {
       return refusal("the arguments of a tool call must be JSON");
     }
-    if (args === null || typeof args !== "object" || isArray(args)) {
-      return refusal("the arguments of a tool call must be a JSON object");
-    }
-    return requestSync(a, b, args);
+    if (!isJsonObject(args)) return refusal("the arguments of a tool call must be a JSON object");
+    return tools.requestSync(a, b, args);
   }
   if (bridgeState.running) return undefined; // the waits below are the worker's, before the run
   if (op === "next" && bridgeState.nextMessage) return bridgeState.nextMessage();
@@ -217,7 +119,7 @@ function bridgeCall(op, a, b, c) {
   return undefined;
 }
 
-const bridge = Object.setPrototypeOf((op, a, b, c) => {
+const bridge: Bridge = Object.setPrototypeOf((op: unknown, a: unknown, b: unknown, c: unknown) => {
   try {
     return bridgeCall(op, a, b, c);
   } catch {
@@ -227,7 +129,7 @@ const bridge = Object.setPrototypeOf((op, a, b, c) => {
 
 // ----- sealing the realm before the script runs ---------------------------------------------------
 
-function notCapable() {
+function notCapable(): never {
   throw new Error("NotCapable: JavaScript is out of reach in the pyodide runner");
 }
 
@@ -240,9 +142,12 @@ const fdGuarded = [
 const DENO_FILE_SYSTEM =
   /^(errors|build|version|cwd|umask|FsFile|SeekMode|(open|create|read|stat|lstat|realPath|mkdir|makeTemp|remove|rename|copyFile|link|symlink|truncate|chmod|chown|utime)[A-Za-z]*|writeFile(Sync)?|writeTextFile(Sync)?)$/;
 
-function seal() {
+type AnyFunction = (...args: unknown[]) => unknown;
+
+function seal(): void {
+  const global = globalThis as unknown as Record<string, unknown>;
   // No code from strings: eval, and the four Function constructors wherever a function leads to them.
-  const constructors = [
+  const constructors: { prototype: object }[] = [
     Function,
     Object.getPrototypeOf(async function () {}).constructor,
     Object.getPrototypeOf(function* () {}).constructor,
@@ -257,13 +162,13 @@ function seal() {
     notCapable();
   };
   Object.defineProperty(standIn, "prototype", { value: Function.prototype, writable: false });
-  globalThis.Function = standIn;
-  globalThis.eval = notCapable;
+  global.Function = standIn;
+  global.eval = notCapable;
   // `Deno` is replaced by its file-system part: Deno's `node:fs`, which Pyodide's NODEFS uses, calls
   // `Deno.lstatSync` and friends through the global. Those stay bound by the permissions; stdin,
   // stdout, stderr, exit, permissions, env, subprocesses and sockets are not there.
-  const realDeno = globalThis.Deno;
-  const files = Object.create(null);
+  const realDeno = Deno as unknown as Record<string, unknown>;
+  const files: Record<string, unknown> = Object.create(null);
   for (const name of Object.keys(realDeno)) {
     if (DENO_FILE_SYSTEM.test(name)) files[name] = realDeno[name];
   }
@@ -273,19 +178,20 @@ function seal() {
     "caches", "BroadcastChannel", "SharedWorker", "Bun",
   ]) {
     try {
-      delete globalThis[name];
+      delete global[name];
     } catch {
       // not there
     }
     if (name in globalThis) Object.defineProperty(globalThis, name, { value: undefined, writable: false });
   }
   // node:fs, which Pyodide's NODEFS and its default stdout use: never the bridge's file descriptors.
+  const fs = nodeFs as unknown as Record<string, unknown>;
   for (const name of fdGuarded) {
-    const original = nodeFs[name];
+    const original = fs[name];
     if (typeof original !== "function") continue;
-    nodeFs[name] = function (fd, ...rest) {
+    fs[name] = function (this: unknown, fd: unknown, ...rest: unknown[]) {
       if (typeof fd !== "number" || fd <= 2) throw new Error("NotCapable: not a file of the workspace");
-      return original.call(this, fd, ...rest);
+      return (original as AnyFunction).call(this, fd, ...rest);
     };
   }
   Object.freeze(nodeFs);
@@ -306,24 +212,59 @@ function seal() {
 }
 
 // ----- loading Pyodide ---------------------------------------------------------------------
+//
+// Pyodide is imported from the folder the host names, so only what this program uses is typed here.
 
-async function importPyodide(dir) {
+interface PyProxy {
+  [key: string]: unknown;
+  callPromising(...args: unknown[]): Promise<unknown>;
+}
+
+interface Pyodide {
+  FS: { writeFile(path: string, data: string): void };
+  runPython(code: string): unknown;
+  makeMemorySnapshot(): Uint8Array;
+  mountNodeFS(emscriptenPath: string, hostPath: string): void;
+  unregisterJsModule(name: string): void;
+  pyimport(name: string): PyProxy;
+  toPy(value: unknown): unknown;
+  loadPackage(
+    names: string[],
+    options: { messageCallback: (text: string) => void; errorCallback: (text: string) => void },
+  ): Promise<unknown>;
+}
+
+type LoadPyodide = (options: Record<string, unknown>) => Promise<Pyodide>;
+
+async function importPyodide(dir: string): Promise<{ loadPyodide: LoadPyodide }> {
   const url = new URL("file://");
   url.pathname = `${dir.replace(/\/$/, "")}/pyodide.mjs`;
   return await import(url.href);
 }
 
-async function makeSnapshot(dir, out, preludePath) {
+/** `sandboxed/cm_runtime.py` beside the prelude: the sandbox side shared with the zygote's runners. */
+function runtimeBeside(preludePath: string): string | null {
+  const path = `${preludePath.replace(/[^/]*$/, "")}sandboxed/cm_runtime.py`;
+  try {
+    return Deno.readTextFileSync(path);
+  } catch {
+    return null;
+  }
+}
+
+async function makeSnapshot(dir: string, out: string, preludePath: string): Promise<void> {
   const { loadPyodide } = await importPyodide(dir);
   const pyodide = await loadPyodide({
     indexURL: `${dir}/`,
     _makeSnapshot: true,
     env: { HOME: "/home/pyodide" },
-    stdout: (text) => console.error(text),
-    stderr: (text) => console.error(text),
+    stdout: (text: string) => console.error(text),
+    stderr: (text: string) => console.error(text),
   });
   const prelude = Deno.readTextFileSync(preludePath);
+  const runtime = runtimeBeside(preludePath);
   const site = pyodide.runPython("import site; site.getsitepackages()[0]");
+  if (runtime !== null) pyodide.FS.writeFile(`${site}/cm_runtime.py`, runtime);
   pyodide.FS.writeFile(`${site}/_codemode.py`, prelude);
   pyodide.runPython(`
 import importlib
@@ -335,7 +276,7 @@ for name in ("asyncio", "ast", "dis", "json", "re", "math", "datetime", "collect
   Deno.writeFileSync(out, pyodide.makeMemorySnapshot());
 }
 
-async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
+async function serve(dir: string, snapshotPath: string, wheelsDir: string, packageIndex: string | undefined) {
   const { loadPyodide } = await importPyodide(dir);
   const snapshot = Deno.readFileSync(snapshotPath);
   const index = packageIndex ? packageIndex.replace(/\/?$/, "/") : undefined;
@@ -348,8 +289,8 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
     jsglobals: Object.freeze(Object.create(null)), // what `js` would be: nothing
     env: { HOME: "/workspace" },
     stdin: () => null,
-    stdout: (text) => output.write(text + "\n"),
-    stderr: (text) => output.write(text + "\n"),
+    stdout: (text: string) => output.write(text + "\n"),
+    stderr: (text: string) => output.write(text + "\n"),
   });
   pyodide.mountNodeFS("/workspace", Deno.cwd());
   pyodide.mountNodeFS("/wheels", wheelsDir);
@@ -357,18 +298,20 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   pyodide.unregisterJsModule("js");
   pyodide.unregisterJsModule("pyodide_js");
   const codemode = pyodide.pyimport("_codemode");
-  if (micropip.length > 0) codemode.install_wheels(pyodide.toPy([`/wheels/${micropip.sort().pop()}`]));
+  if (micropip.length > 0) {
+    (codemode.install_wheels as AnyFunction)(pyodide.toPy([`/wheels/${micropip.sort().pop()}`]));
+  }
 
   // Python's main loop (`_codemode.serve`) is entered once, now, and waits for its run suspended in
   // `run_sync(next_message())`: a run resumes a stack that is already there.
-  const inbox = [];
-  let handOver = null;
-  let waiting;
-  const firstWait = new Promise((resolve) => (waiting = resolve));
+  const inbox: string[] = [];
+  let handOver: ((line: string) => void) | null = null;
+  let waiting: () => void = () => {};
+  const firstWait = new Promise<void>((resolve) => (waiting = resolve));
   bridgeState.nextMessage = () =>
-    new Promise((resolve) => {
+    new Promise<string>((resolve) => {
       if (inbox.length > 0) {
-        const line = inbox.shift();
+        const line = inbox.shift()!;
         if (line === bridgeState.runLine) bridgeState.running = true; // Python has its run: no more waits
         resolve(line);
       } else {
@@ -376,7 +319,7 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
         waiting();
       }
     });
-  const deliver = (line) => {
+  const deliver = (line: string): void => {
     if (handOver) {
       const resolve = handOver;
       handOver = null;
@@ -386,26 +329,18 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
       inbox.push(line);
     }
   };
-  output.cap = 0; // the warm-up's output is dropped
-  const serving = codemode.serve.callPromising(bridge);
+  output.reset(0); // the warm-up's output is dropped
+  const serving = (codemode.serve as PyProxy).callPromising(bridge);
   await Promise.race([firstWait, serving]);
-  output.pending = [];
-  output.pendingChars = 0;
-  output.used = 0;
-  output.dropped = 0;
-  send({ op: "ready" });
+  output.reset(0);
+  writer.send({ op: "ready" });
 
   for (;;) {
-    const line = await stdin.next();
-    if (line === null) exit(0); // the host closed stdin: it is gone
-    let message;
-    try {
-      message = JSON.parse(line);
-    } catch {
-      continue;
-    }
+    const line = await reader.next();
+    const message = parseMessage(line);
+    if (message === null) continue;
     if (message.op === "run") {
-      // From here on stdin is read synchronously, by the tool calls (see `requestSync`).
+      // From here on stdin is read synchronously, by the tool calls (see `ToolChannel.requestSync`).
       await runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath });
       exit(0);
     } else if (typeof message.stubs === "string") {
@@ -414,38 +349,57 @@ async function serve(dir, snapshotPath, wheelsDir, packageIndex) {
   }
 }
 
-async function runOnce(pyodide, message, line, deliver, serving, paths) {
-  output.cap = Math.max(0, Number(message.max_output ?? 100000));
-  output.lastFlush = performance.now();
-  let done;
+async function runOnce(
+  pyodide: Pyodide,
+  raw: Message,
+  line: string,
+  deliver: (line: string) => void,
+  serving: Promise<unknown>,
+  paths: { dir: string; snapshotPath: string },
+): Promise<void> {
+  let done: Message;
+  let cut = false;
   try {
-    const builds = Array.isArray(message.pyodide_packages) ? message.pyodide_packages : [];
+    const message = parseRunMessage(raw);
+    output.reset(message.max_output);
+    const builds = message.pyodide_packages;
     if (builds.length > 0) {
-      const errors = [];
+      const errors: string[] = [];
       await pyodide.loadPackage(builds, { messageCallback: () => {}, errorCallback: (text) => errors.push(text) });
       if (errors.length > 0) throw new Error(`cannot load ${builds.join(", ")}: ${errors.join("; ")}`);
     }
-    lockDown(message.allow_network === true, [paths.dir, paths.snapshotPath, new URL(import.meta.url).pathname]);
+    const self = new URL(import.meta.url).pathname;
+    lockDown(message.allow_network, [paths.dir, paths.snapshotPath, self, new URL(RUNTIME_URL).pathname]);
     seal();
     bridgeState.runLine = line;
     deliver(line);
     done = doneFields(await serving);
+    if ("returnValue" in done) {
+      // The return value within the output cap, as every runner's: cut to its first `max_output`
+      // characters of JSON otherwise (whatever the prelude did; the script may have rewritten it).
+      const capped = capJson(done.returnValue as Json, message.max_output);
+      done.returnValue = capped.value;
+      cut = capped.cut;
+    }
   } catch (error) {
-    done = { success: false, error: { type: "RunnerError", message: String(error?.message ?? error) } };
+    const text = error instanceof Error ? error.message : String(error);
+    done = { success: false, error: { type: "RunnerError", message: text } };
   }
-  output.flush({ ...done, op: "done", dropped: output.dropped });
+  // `dropped`: what Python dropped (its count, a number or nothing), what was dropped here, a cut value.
+  const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
+  output.flush({ ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) });
 }
 
 // What Python returned for the run: the script may have rewritten the prelude, so it is checked here (a
-// JSON object, whose fields cannot set `op` or `dropped`: those are written after them).
-function doneFields(result) {
+// JSON object, whose fields cannot set `op`; its `dropped` is added to this side's count).
+function doneFields(result: unknown): Message {
   if (typeof result !== "string") throw new Error("the run did not return its result");
   const done = jsonParse(result);
   if (done === null || typeof done !== "object" || isArray(done)) throw new Error("the run's result is not an object");
   return done;
 }
 
-function lockDown(allowNetwork, readable) {
+function lockDown(allowNetwork: boolean, readable: string[]): void {
   if (!allowNetwork) revokePermission({ name: "net" });
   for (const path of readable) {
     revokePermission({ name: "read", path });
@@ -458,6 +412,6 @@ if (mode === "snapshot") {
 } else if (mode === "serve") {
   await serve(dir, path, rest[0], rest[1]);
 } else {
-  console.error(`usage: pyodide_worker.js serve|snapshot PYODIDE_DIR PATH ...`);
+  console.error(`usage: pyodide_worker.ts serve|snapshot PYODIDE_DIR PATH ...`);
   exit(2);
 }
