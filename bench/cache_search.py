@@ -38,7 +38,7 @@ from mcp_code_mode.cache.embed import make_embedder
 from mcp_code_mode.cache.models import NewScript
 from mcp_code_mode.cache.store import ScriptStore
 from mcp_code_mode.discovery import ToolSearch
-from mcp_code_mode.downstream.pool import ToolInfo
+from mcp_code_mode.downstream.tools import ToolInfo
 from mcp_code_mode.stubs import StubIndex
 
 SEARCH_TARGET = 20.0

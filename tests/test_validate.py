@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_code_mode.downstream.pool import ToolInfo
+from mcp_code_mode.downstream.tools import ToolInfo
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.runners.local import SAFE_IMPORTS
 from mcp_code_mode.server import build_server

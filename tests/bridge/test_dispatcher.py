@@ -9,8 +9,8 @@ import pytest
 
 from mcp_code_mode.bridge.dispatcher import ToolDispatcher
 from mcp_code_mode.config import ServerConfig
-from mcp_code_mode.downstream.pool import DownstreamServer, ToolPool
-from mcp_code_mode.stubs.index import StubIndex, down_servers
+from mcp_code_mode.downstream.pool import DownstreamServer, ToolPool, down_servers
+from mcp_code_mode.stubs.index import StubIndex
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_code_mode.downstream.pool import ToolInfo
+from mcp_code_mode.downstream.tools import ToolInfo
 from mcp_code_mode.runners.deno import deno_env, find_deno
 from mcp_code_mode.stubs import python, typescript
 from mcp_code_mode.stubs.index import StubIndex

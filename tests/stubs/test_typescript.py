@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mcp_code_mode.config import Settings
-from mcp_code_mode.downstream.pool import ToolInfo
+from mcp_code_mode.downstream.tools import ToolInfo
 from mcp_code_mode.packages import Whitelist
 from mcp_code_mode.runners._typecheck import check_typescript
 from mcp_code_mode.runners.deno import deno_binary

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcp_code_mode.downstream.pool import ToolInfo
+from mcp_code_mode.downstream.tools import ToolInfo
 from mcp_code_mode.stubs.index import StubIndex
 from mcp_code_mode.stubs.python import render_module
 

@@ -8,14 +8,11 @@ in flight fails with ``ServerUnavailable`` naming it.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
 import math
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
@@ -29,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from ..config import ResolvedServer, ServerConfig, resolve_server
 from ..errors import ConfigError, DownstreamError, ServerUnavailable
 from .env import child_environment
+from .tools import ToolInfo
 
 logger = logging.getLogger(__name__)
 
@@ -37,36 +35,6 @@ ServerState = Literal["starting", "ready", "failed", "crashed", "disabled", "sto
 # A server that failed to start is tried again on a call at most this often (seconds).
 RETRY_FAILED_AFTER = 10.0
 _STDERR_TAIL = 2000
-
-
-@dataclass(frozen=True)
-class ToolInfo:
-    """One downstream tool as listed by its server."""
-
-    server: str
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None
-    title: str | None = None
-
-    @functools.cached_property
-    def schema_hash(self) -> str:
-        """A short hash of the tool's name and schemas: it changes when the tool's contract changes.
-        Computed once (the bridge records it with every call)."""
-        blob = json.dumps([self.name, self.input_schema, self.output_schema], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    @classmethod
-    def from_mcp(cls, server: str, tool: types.Tool) -> ToolInfo:
-        return cls(
-            server=server,
-            name=tool.name,
-            description=(tool.description or "").strip(),
-            input_schema=dict(tool.input_schema or {}),
-            output_schema=dict(tool.output_schema) if tool.output_schema else None,
-            title=tool.title,
-        )
 
 
 @dataclass
@@ -133,6 +101,19 @@ def _is_connection_closed(exc: BaseException) -> bool:
         or isinstance(e, anyio.ClosedResourceError | anyio.BrokenResourceError | ConnectionError)
         for e in _leaf_exceptions(exc)
     )
+
+
+_DOWN = {"failed": "it failed to start", "disabled": "it is disabled in the servers file"}
+
+
+def down_servers(servers: Mapping[str, DownstreamServer]) -> dict[str, str]:
+    """Server name → why it is down, for each server without tools that failed to start or is disabled:
+    what ``StubIndex.build`` takes as ``unavailable``. A server that crashed keeps its tools (a call restarts it)."""
+    return {
+        name: server.error or _DOWN[server.state]
+        for name, server in servers.items()
+        if server.state in _DOWN and not server.tools
+    }
 
 
 class ToolPool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..discovery import select_tools
-from ..downstream.pool import ToolPool
+from ..downstream.pool import ToolPool, down_servers
 from ..errors import UnsupportedError
 from ..runners import StubBundle
 from ..stubs import RENDERERS, StubIndex, ToolSpec
@@ -38,11 +38,7 @@ class StubBook:
         if self.stale():
             self._built_for = self.pool.version
             servers = [(name, s.config.description) for name, s in self.pool.servers.items()]
-            down = {
-                name: s.error or s.state
-                for name, s in self.pool.servers.items()
-                if s.state not in ("ready", "starting")
-            }
+            down = down_servers(self.pool.servers)
             self._index = StubIndex.build(servers, self.pool.tools(), unavailable=down)
             self._bundles.clear()
         assert self._index is not None
@@ -55,7 +51,7 @@ class StubBook:
             source = RENDERERS[stub_language](index, None)
             namespaces = tuple(s.namespace for s in index.servers)
             functions = {s.namespace: tuple(t.func for t in s.tools) for s in index.servers}
-            unavailable = dict(getattr(index, "unavailable", {}) or {})
+            unavailable = dict(index.unavailable)
             self._bundles[stub_language] = StubBundle(source, self._built_for, namespaces, functions, unavailable)
         return self._bundles[stub_language]
 

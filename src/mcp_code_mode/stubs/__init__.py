@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .index import StubIndex, ToolSpec, down_servers
+from .index import StubIndex, ToolSpec
 from .python import render_module as render_python
 from .typescript import render_module as render_typescript
 
@@ -16,4 +16,4 @@ Renderer = Callable[[StubIndex, Mapping[str, Iterable[ToolSpec]] | None], str]
 
 RENDERERS: dict[str, Renderer] = {"python": render_python, "typescript": render_typescript}
 
-__all__ = ["RENDERERS", "Renderer", "StubIndex", "ToolSpec", "down_servers"]
+__all__ = ["RENDERERS", "Renderer", "StubIndex", "ToolSpec"]

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..downstream.pool import DownstreamServer, ToolInfo
+from ..downstream.tools import ToolInfo
 from .names import MEMBER_RESERVED, PARAM_RESERVED, SERVER_RESERVED, assign_identifiers
 
 NO_DEFAULT: Any = object()
@@ -135,19 +135,6 @@ class StubIndex:
         return next((t for t in spec.tools if t.name == name), None) or next(
             (t for t in spec.tools if t.func == name), None
         )
-
-
-_DOWN = {"failed": "it failed to start", "disabled": "it is disabled in the servers file"}
-
-
-def down_servers(servers: Mapping[str, DownstreamServer]) -> dict[str, str]:
-    """Server name → why it is down, for each server without tools that failed to start or is disabled:
-    what ``StubIndex.build`` takes as ``unavailable``. A server that crashed keeps its tools (a call restarts it)."""
-    return {
-        name: server.error or _DOWN[server.state]
-        for name, server in servers.items()
-        if server.state in _DOWN and not server.tools
-    }
 
 
 def params_of(tool: ToolInfo) -> list[Param]:

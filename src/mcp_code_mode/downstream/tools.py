@@ -1,0 +1,44 @@
+"""One downstream tool as its server lists it (a leaf: the stubs, the bridge and the pool all use it)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One downstream tool as listed by its server."""
+
+    server: str
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    title: str | None = None
+
+    @functools.cached_property
+    def schema_hash(self) -> str:
+        """A short hash of the tool's name and schemas: it changes when the tool's contract changes.
+        Computed once (the bridge records it with every call)."""
+        blob = json.dumps([self.name, self.input_schema, self.output_schema], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_mcp(cls, server: str, tool: types.Tool) -> ToolInfo:
+        return cls(
+            server=server,
+            name=tool.name,
+            description=(tool.description or "").strip(),
+            input_schema=dict(tool.input_schema or {}),
+            output_schema=dict(tool.output_schema) if tool.output_schema else None,
+            title=tool.title,
+        )
+
+
+__all__ = ["ToolInfo"]
