@@ -10,7 +10,8 @@ import pytest
 
 from mcp_code_mode.cli import main
 from mcp_code_mode.config import Settings
-from mcp_code_mode.doctor import check_bubblewrap, check_deno, check_writable
+from mcp_code_mode.doctor import check_bubblewrap, check_writable
+from mcp_code_mode.runners.deno import check_deno
 
 from .conftest import fixture_entry, write_config
 
@@ -134,10 +135,9 @@ def test_the_env_file_beside_the_servers_file_is_read_and_named(
 
 
 def _no_deno(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_code_mode import doctor
     from mcp_code_mode.runners import deno, pyodide
 
-    for module in (deno, pyodide, doctor):
+    for module in (deno, pyodide):
         monkeypatch.setattr(module, "find_deno", lambda: None)
 
 
@@ -151,14 +151,35 @@ def test_without_deno_the_doctor_reports_it_and_finishes(
     out = capsys.readouterr().out
     assert "warn  deno        not found: the JavaScript/TypeScript and Pyodide runners need it" in out
     assert "pip install deno" in out
-    assert out.rstrip().splitlines()[-1].endswith("warnings") and status == (1 if "FAIL" in out else 0)
+    # the server starts without Deno: the Python runners are probed and pass, nothing fails
+    assert "ok    runner      local (python" in out and "ok    runner      cpython (python" in out
+    assert "FAIL" not in out and status == 0
+
+
+@pytest.mark.anyio
+async def test_without_deno_the_engine_serves_python_and_says_why_javascript_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_code_mode.engine import CodeMode
+    from mcp_code_mode.errors import UnsupportedError
+    from mcp_code_mode.presentation import execution_limits
+
+    from .conftest import make_config
+
+    _no_deno(monkeypatch)
+    async with CodeMode(make_config({}, workspace_dir=tmp_path, warmup_timeout=0)) as cm:
+        assert (await cm.execute("1 + 1")).return_value == 2
+        with pytest.raises(
+            UnsupportedError, match="the deno runner is not available on this host: the deno executable"
+        ):
+            await cm.execute("console.log(1)", "javascript")
+        assert "deno" in execution_limits(cm)["unavailableRunners"]
 
 
 DOCTOR_WITHOUT_DENO = """
 import sys
-from mcp_code_mode import doctor
 from mcp_code_mode.runners import deno, pyodide
-for module in (deno, pyodide, doctor):
+for module in (deno, pyodide):
     module.find_deno = lambda: None
 from mcp_code_mode.cli import main
 sys.exit(main(["doctor", "--config", sys.argv[1]]))

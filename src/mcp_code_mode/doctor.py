@@ -1,4 +1,5 @@
-"""``mcp-code-mode doctor``: check the config, each server, each runner, Deno, bubblewrap and the cache.
+"""``mcp-code-mode doctor``: check the config, each server, each runner (and what its plug-in needs), bubblewrap
+and the cache.
 
 Every problem is printed with its fix. A failure (the config, a server, a runner) makes the exit
 status 1; a missing optional piece (Deno, bubblewrap) is a warning: the server runs without it, with
@@ -8,7 +9,6 @@ fewer languages or weaker isolation.
 from __future__ import annotations
 
 import shlex
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from typing import Literal, TextIO
 from .config import CodeModeConfig, Settings, env_files, load_environment, resolve_server
 from .engine import CodeMode
 from .errors import CodeModeError, ConfigError
-from .runners.deno import find_deno
+from .runners.registry import plugins
 from .sandbox import BwrapSandbox, find_bwrap
 
 Status = Literal["ok", "warn", "FAIL", "info"]
@@ -39,23 +39,16 @@ class Finding:
     fix: str | None = None
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return -1, str(exc)
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
-
-
-def check_deno(path: str | None) -> Finding:
-    """Whether the Deno the JavaScript/TypeScript and Pyodide runners use runs here."""
-    fix = "install it into this environment with `pip install deno` (the package ships the binary)"
-    if path is None:
-        return Finding("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)
-    code, out = _run([path, "--version"])
-    if code != 0:
-        return Finding("warn", "deno", f"{path} does not run: {out[-300:]}", fix)
-    return Finding("ok", "deno", f"{path}: {out.splitlines()[0] if out else 'runs'}")
+def runner_findings(settings: Settings) -> list[Finding]:
+    """What each runner plug-in says it needs on this host (Deno, Pyodide's files, ...), once per line."""
+    seen: set[tuple[str, str]] = set()
+    out: list[Finding] = []
+    for plugin in plugins():
+        for d in plugin.diagnose(settings) if plugin.diagnose else []:
+            if (d.topic, d.detail) not in seen:
+                seen.add((d.topic, d.detail))
+                out.append(Finding(d.status, d.topic, d.detail, d.fix))
+    return out
 
 
 def check_bubblewrap(settings: Settings, bwrap: str | None) -> Finding:
@@ -207,8 +200,8 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
         if not config.servers:
             findings.append(Finding("warn", "config", "no servers: scripts will have no tools", "add servers"))
         findings.extend(await _check_engine(config))
-    findings.append(check_deno(find_deno()))
     settings = config.settings if config is not None else _settings_alone(config_path)
+    findings.extend(runner_findings(settings))
     findings.append(check_bubblewrap(settings, find_bwrap()))
     findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))
     workspace = settings.workspace_dir or Path(tempfile.gettempdir())

@@ -51,6 +51,7 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
             for f in facts
         },
         "defaultRunner": {lang: engine.defaults.get(lang, "") for lang in _languages()},
+        "unavailableRunners": dict(engine.unavailable_runners),
         "servers": engine.servers(),
     }
 

@@ -257,11 +257,6 @@ async def test_output_is_capped_and_marked_truncated(engine: CodeMode) -> None:
     assert not (await engine.execute("console.log('ok')", "js")).truncated
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until bridge.host.cap_value keeps a string of at most cap characters (a sandbox's cut value) as it is: "
-    "today it cuts that string's JSON again, into '\"{\\\"big\\\":...'",
-)
 async def test_a_return_value_larger_than_the_output_cap_is_cut_to_its_first_characters_of_json(
     engine: CodeMode,
 ) -> None:

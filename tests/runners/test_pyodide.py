@@ -247,7 +247,6 @@ async def test_a_return_value_past_the_cap_is_cut_in_the_interpreter_as_under_cp
     assert isinstance(result.return_value, str) and len(result.return_value) <= engine.config.settings.max_output_chars
 
 
-@pytest.mark.xfail(reason="the host names its own memory limit (runners/_pooled.py, issue 18 d)", strict=True)
 async def test_running_out_of_memory_names_the_interpreters_own_cap(engine: CodeMode) -> None:
     cap = engine.config.settings.pyodide_max_memory_mb
     result = await engine.execute(f"bomb = bytearray({cap + 256} * 1024 * 1024)", runner="pyodide")

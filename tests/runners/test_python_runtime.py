@@ -154,7 +154,6 @@ def test_code_that_is_not_the_scripts_gets_values() -> None:
     assert rule.wanted(None) is False
 
 
-@pytest.mark.xfail(reason="pyodide.py: RUNTIME in the snapshot's sources (issue 18, for the integrator)", strict=True)
 def test_the_pyodide_snapshot_is_keyed_by_the_shared_runtime_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -125,8 +125,8 @@ def runner_identity(runner: object) -> str:
     A runner whose ``identity`` is a string says it itself (a built runner's ``identity()`` adds
     versions). Otherwise it is derived from what is there: this package's version, the host Python's,
     the versions the runner reports of what runs a script (``Runner.identity()``: its interpreter, Deno,
-    Pyodide), and a digest of every worker source in the runner's package (the sources of all runners: editing one worker ends the exact hits of every runner, which
-    costs a run, never a wrong answer).
+    Pyodide), and a digest of every worker source in the runner's package (the sources of all runners:
+    editing one worker ends the exact hits of every runner, which costs a run, never a wrong answer).
     """
     declared = getattr(runner, "identity", None)
     if isinstance(declared, str) and declared:

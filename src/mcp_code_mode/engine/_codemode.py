@@ -72,7 +72,8 @@ class CodeMode:
         self.whitelist = Whitelist.load(settings.allowed_packages)
         self.environments = PythonEnvironments(settings.cache_root() / "envs", install_timeout=settings.install_timeout)
         self.defaults = default_runners(settings)  # ConfigError for an unknown CODE_MODE_PYTHON_RUNNER
-        self.runners: dict[str, Runner] = build_runners(settings, self.sandbox, self.whitelist)
+        self.runners: dict[str, Runner]
+        self.runners, self.unavailable_runners = build_runners(settings, self.sandbox, self.whitelist)
         self._stubs = StubBook(self.pool)
         self._stubs_for = -1
         self.embedder = make_embedder(settings.cache_embedder)
@@ -180,7 +181,7 @@ class CodeMode:
 
     def resolve_runner(self, language: str, runner: str | None) -> tuple[str, Runner]:
         """The canonical language and the runner for a request; ``UnsupportedError`` names what exists."""
-        return resolve(self.runners, self.defaults, language, runner)
+        return resolve(self.runners, self.defaults, language, runner, self.unavailable_runners)
 
     def runner_for(self, language: str, runner: str | None) -> str:
         """The runner a request means (its own, else its language's default), for a refusal's report."""
@@ -233,6 +234,7 @@ class CodeMode:
             settings=settings,
             sandbox=self.sandbox,
             whitelist=self.whitelist,
+            unavailable=self.unavailable_runners,
         )
         chosen = plan.runner
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names

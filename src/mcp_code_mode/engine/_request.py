@@ -35,7 +35,11 @@ class RunPlan:
 
 
 def resolve(
-    runners: Mapping[str, Runner], defaults: Mapping[str, str], language: str, runner: str | None
+    runners: Mapping[str, Runner],
+    defaults: Mapping[str, str],
+    language: str,
+    runner: str | None,
+    unavailable: Mapping[str, str] | None = None,
 ) -> tuple[str, Runner]:
     """The canonical language and the runner for a request; ``UnsupportedError`` names what exists."""
     lang = LANGUAGE_ALIASES.get(language.strip().lower())
@@ -44,6 +48,12 @@ def resolve(
         raise UnsupportedError(f"language {language!r} is not supported yet (supported: {supported})")
     name = (runner or "").strip().lower() or defaults.get(lang, "")
     chosen = runners.get(name)
+    if chosen is None and unavailable and name in unavailable:
+        available = [r.name for r in runners.values() if lang in r.languages]
+        raise UnsupportedError(
+            f"the {name} runner is not available on this host: {unavailable[name]} "
+            f"(available for {lang}: {', '.join(available) or 'none'})"
+        )
     if chosen is None or lang not in chosen.languages:
         available = [r.name for r in runners.values() if lang in r.languages]
         raise UnsupportedError(
@@ -90,9 +100,10 @@ def plan_run(
     settings: Settings,
     sandbox: Sandbox,
     whitelist: Whitelist,
+    unavailable: Mapping[str, str] | None = None,
 ) -> RunPlan:
     mode = check_mode(cache)
-    lang, chosen = resolve(runners, defaults, language, runner)
+    lang, chosen = resolve(runners, defaults, language, runner, unavailable)
     if (size := code_size(code)) > settings.max_code_bytes:
         raise UnsupportedError(
             f"the script is {size} bytes; this server takes scripts of at most {settings.max_code_bytes} bytes "

@@ -56,6 +56,11 @@ class Dialect(Protocol):
         """Make a failure's error say what happened (out of memory, a promise that never settles)."""
         ...
 
+    @property
+    def memory_limit_mb(self) -> int | None:
+        """The memory a run may use when the worker's own cap is not the sandbox's (None: the sandbox's)."""
+        ...
+
 
 def command_launcher(
     sandbox: Sandbox,
@@ -265,7 +270,8 @@ class WorkerPools:
     def _explain_memory(self, result: RunResult) -> None:
         error = result.error
         if error is not None and error.type == "MemoryError" and not error.message:
-            error.message = f"out of memory: a run may use {self.sandbox.limits.memory_mb} MB"
+            limit = self.dialect.memory_limit_mb or self.sandbox.limits.memory_mb
+            error.message = f"out of memory: a run may use {limit} MB"
 
     async def _died(self, worker: Worker) -> RunResult:
         """The run's channel closed before ``done``: say how its process ended (a zygote reports it)."""

@@ -48,6 +48,10 @@ class ZygoteDialect:
     def explain(self, result: RunResult, stderr_tail: str) -> None:
         return None
 
+    @property
+    def memory_limit_mb(self) -> int | None:
+        return None
+
 
 class ZygoteRunner:
     """A runner on the Python zygote's warm workers."""

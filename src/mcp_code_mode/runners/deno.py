@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -35,6 +34,7 @@ from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from . import npm
+from ._deno_errors import explain_death
 from ._pool import Worker, WorkerPool
 from ._pooled import WorkerPools, command_launcher
 from ._typecheck import check_typescript
@@ -52,6 +52,8 @@ from .base import (
 logger = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("deno_worker.ts")
+RUNTIME = WORKER.with_name("worker_runtime.ts")
+"""The module the Deno and Pyodide workers share (line protocol, output, tool calls, return values)."""
 MAX_HEAP_MB = 1024
 """V8 heap limit of a worker; a script that needs more dies with an out-of-memory error."""
 CACHE_TIMEOUT = 300.0
@@ -156,21 +158,14 @@ class DenoDialect:
             "packages": [{"name": name, "specifier": spec} for name, spec in plan.preload],
         }
 
+    @property
+    def memory_limit_mb(self) -> int | None:
+        return None
+
     def explain(self, result: RunResult, stderr_tail: str) -> None:
         explained = explain_death(stderr_tail, MAX_HEAP_MB)
         if explained is not None:
             result.error = explained
-
-
-def explain_death(stderr_tail: str, heap_mb: int) -> ErrorDetail | None:
-    """What a Deno worker's last words mean to the script's author, when they mean something."""
-    if "Top-level await promise never resolved" in stderr_tail:
-        where = re.search(r"data:application/\w+;base64,[^:\s]*:(\d+):\d+", stderr_tail)
-        message = "the script awaits a promise that never settles (nothing is left that could resolve it)"
-        return ErrorDetail("Error", message, int(where.group(1)) if where else None)
-    if "heap out of memory" in stderr_tail or "Reached heap limit" in stderr_tail or "Fatal JavaScript" in stderr_tail:
-        return ErrorDetail("MemoryError", f"out of memory: a script's JavaScript heap may use {heap_mb} MB")
-    return None
 
 
 class DenoRunner:
@@ -203,8 +198,11 @@ class DenoRunner:
             f"--v8-flags=--max-old-space-size={MAX_HEAP_MB}",
             str(WORKER),
         ]
-        reads = lambda: [self.deno, WORKER, self.deno_dir]  # noqa: E731
-        launcher = command_launcher(sandbox, argv, reads=reads, env=deno_env(deno_dir))
+        env = deno_env(deno_dir)
+        # The CA bundle named by DENO_CERT is read when Deno starts, network or not: the sandbox shows it.
+        bundle = [env["DENO_CERT"]] if "DENO_CERT" in env else []
+        reads = lambda: [self.deno, WORKER, RUNTIME, self.deno_dir, *bundle]  # noqa: E731
+        launcher = command_launcher(sandbox, argv, reads=reads, env=env)
         # A worker starts with --allow-net and revokes it before a script that may not use it; its sandbox
         # has the network (a profile of its own) only for runs that may use it.
         self.workers = WorkerPools(
@@ -334,20 +332,23 @@ def build(context: RunnerContext) -> DenoRunner:
     )
 
 
-def diagnose(settings: Settings) -> list[Diagnosis]:
-    """Whether the Deno this runner (and ``pyodide``) uses runs here."""
+def check_deno(path: str | None) -> Diagnosis:
+    """Whether the Deno that this runner (and ``pyodide``) uses runs here."""
     fix = "install it into this environment with `pip install deno` (the package ships the binary)"
-    path = find_deno()
     if path is None:
-        return [Diagnosis("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)]
+        return Diagnosis("warn", "deno", "not found: the JavaScript/TypeScript and Pyodide runners need it", fix)
     try:
         done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
-        return [Diagnosis("warn", "deno", f"{path} does not run: {exc}", fix)]
+        return Diagnosis("warn", "deno", f"{path} does not run: {exc}", fix)
     out = (done.stdout + done.stderr).strip()
     if done.returncode != 0:
-        return [Diagnosis("warn", "deno", f"{path} does not run: {out[-300:]}", fix)]
-    return [Diagnosis("ok", "deno", f"{path}: {out.splitlines()[0] if out else 'runs'}")]
+        return Diagnosis("warn", "deno", f"{path} does not run: {out[-300:]}", fix)
+    return Diagnosis("ok", "deno", f"{path}: {out.splitlines()[0] if out else 'runs'}")
 
 
-PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER,))
+def diagnose(settings: Settings) -> list[Diagnosis]:
+    return [check_deno(find_deno())]
+
+
+PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER, RUNTIME))

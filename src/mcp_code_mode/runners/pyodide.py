@@ -44,7 +44,9 @@ from .pyodide_packages import PyodidePackages
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-WORKER_SCRIPT = HERE / "pyodide_worker.js"
+WORKER_SCRIPT = HERE / "pyodide_worker.ts"
+RUNTIME = HERE / "sandboxed" / "cm_runtime.py"
+"""The Python runtime the prelude shares with the zygote (the worker puts it beside the prelude)."""
 PRELUDE = HERE / "pyodide_prelude.py"
 SNAPSHOT_TIMEOUT = 300.0
 _PROJECT_ROOT = HERE.parents[2]
@@ -111,7 +113,7 @@ class PyodideSetup:
         digest = hashlib.sha256()
         digest.update(json.dumps(self.versions(), sort_keys=True).encode())
         digest.update(str(self.deno).encode())
-        for source in (WORKER_SCRIPT, PRELUDE):
+        for source in (WORKER_SCRIPT, HERE / "worker_runtime.ts", PRELUDE, RUNTIME):
             digest.update(source.read_bytes())
         return self.cache_dir / f"snapshot-{self.versions()['pyodide']}-{digest.hexdigest()[:16]}.bin"
 
@@ -130,7 +132,8 @@ class PyodideSetup:
         """A worker's command line. Network is granted here and revoked by the worker before a run that
         does not allow it (workers are started before their run is known)."""
         folder = self.index_folder()
-        readable = [str(self.pyodide_dir), str(snapshot), str(WORKER_SCRIPT), str(self.wheels_dir), "."]
+        readable = [str(p) for p in (self.pyodide_dir, snapshot, WORKER_SCRIPT, HERE / "worker_runtime.ts")]
+        readable += [str(self.wheels_dir), "."]
         index = folder or self.index_url or ""
         return [
             self.deno or "deno",
@@ -153,7 +156,8 @@ class PyodideSetup:
     def reads(self, snapshot: Path) -> list[str]:
         """What a worker's sandbox shows it, read-only: Deno, Pyodide, the snapshot, the worker, the wheels."""
         folder = self.index_folder()
-        paths = [self.deno or "deno", self.pyodide_dir, snapshot, WORKER_SCRIPT, self.wheels_dir, self.deno_dir]
+        paths = [self.deno or "deno", self.pyodide_dir, snapshot, WORKER_SCRIPT, HERE / "worker_runtime.ts"]
+        paths += [self.wheels_dir, self.deno_dir]
         return [str(p) for p in [*paths, *([folder] if folder else [])]]
 
     def v8_flags(self) -> list[str]:
@@ -275,6 +279,10 @@ class PyodideDialect:
         if worker.stubs_version != request.stubs.version:
             message["stubs"] = request.stubs.source
         return message
+
+    @property
+    def memory_limit_mb(self) -> int | None:
+        return self._max_memory_mb
 
     def explain(self, result: RunResult, stderr_tail: str) -> None:
         error = result.error
@@ -430,7 +438,12 @@ class PyodideRunner:
 
 
 def build(context: RunnerContext) -> PyodideRunner:
-    return PyodideRunner(context.settings, context.sandbox, context.whitelist)
+    """The runner, or ``RunnerError`` when this host lacks what it needs (Deno, Pyodide's files): the server
+    then serves without it and says why (``unavailableRunners``)."""
+    runner = PyodideRunner(context.settings, context.sandbox, context.whitelist)
+    if runner.problem is not None:
+        raise RunnerError(runner.problem)
+    return runner
 
 
 def diagnose(settings: Settings) -> list[Diagnosis]:
@@ -445,7 +458,7 @@ def diagnose(settings: Settings) -> list[Diagnosis]:
     return []
 
 
-PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER_SCRIPT, PRELUDE))
+PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER_SCRIPT, HERE / "worker_runtime.ts", PRELUDE, RUNTIME))
 
 
 __all__ = ["PLUGIN", "PyodideRunner", "ensure_snapshot", "find_deno", "prune_snapshots"]

@@ -1,6 +1,6 @@
 """Inside Pyodide: the sandbox side of the bridge for the ``pyodide`` runner.
 
-This module never runs on the host. ``pyodide_worker.js`` installs it as ``_codemode`` in the
+This module never runs on the host. ``pyodide_worker.ts`` installs it as ``_codemode`` in the
 interpreter before the memory snapshot is taken, so every interpreter restored from the snapshot has
 it imported and warm. The worker hands ``serve`` one JavaScript function, the bridge (the snapshot
 holds no JavaScript references), called as ``bridge(op, ...)`` with strings only:
@@ -30,7 +30,7 @@ JavaScript is otherwise out of reach (``seal``): ``js``, ``pyodide_js``, ``_pyod
 ``pyodide.ffi``, ``pyodide.code``, ``pyodide.http`` and the other modules that lead to JavaScript are
 gone from ``sys.modules`` and importing them raises ``NotCapable``. That is a courtesy, not the
 sandbox: a script is full CPython and may dig those objects out again, so the worker makes the
-JavaScript side worthless first (see ``pyodide_worker.js``).
+JavaScript side worthless first (see ``pyodide_worker.ts``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..config import Settings
-from ..errors import ConfigError
+from ..errors import ConfigError, RunnerError
 from ..packages import Whitelist
 from ..sandbox import Sandbox
 from .base import Runner, RunnerContext, RunnerPlugin
@@ -92,10 +92,21 @@ def default_runners(settings: Settings) -> dict[str, str]:
     return chosen
 
 
-def build_runners(settings: Settings, sandbox: Sandbox, whitelist: Whitelist) -> dict[str, Runner]:
-    """Every runner this build offers, by name (built, not yet started)."""
+def build_runners(
+    settings: Settings, sandbox: Sandbox, whitelist: Whitelist
+) -> tuple[dict[str, Runner], dict[str, str]]:
+    """Every runner this host can offer, by name (built, not yet started), and why each other one cannot be
+    built here (a ``RunnerError`` of its ``build``, e.g. Deno missing): the server serves without it."""
     context = RunnerContext(settings=settings, sandbox=sandbox, whitelist=whitelist)
-    return {p.info.name: p.build(context) for p in plugins()}
+    built: dict[str, Runner] = {}
+    missing: dict[str, str] = {}
+    for p in plugins():
+        try:
+            built[p.info.name] = p.build(context)
+        except RunnerError as exc:
+            missing[p.info.name] = str(exc)
+            logger.warning("runner %s unavailable: %s", p.info.name, exc)
+    return built, missing
 
 
 def languages(runners: Mapping[str, Runner]) -> list[str]:

@@ -3,7 +3,7 @@
 Imported as ``cm_runtime`` in two places, standard library only, on Python 3.11 and later:
 
 - by the run child of the zygote (``worker.py``, the ``local`` and ``cpython`` runners), from this folder;
-- inside Pyodide (the ``pyodide`` runner): ``pyodide_worker.js`` writes this file into site-packages beside
+- inside Pyodide (the ``pyodide`` runner): ``pyodide_worker.ts`` writes this file into site-packages beside
   the prelude (``_codemode``) when it makes the memory snapshot, whose digest covers this file's bytes.
 
 Here: the names a script gets (``ToolError``, ``final_answer``), the limits and intervals of a run's
