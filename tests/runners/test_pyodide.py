@@ -19,7 +19,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
 from mcp_code_mode.engine import CodeMode
-from mcp_code_mode.errors import PackageError
+from mcp_code_mode.errors import PackageError, UnsupportedError
+from mcp_code_mode.presentation import supported_languages
 from mcp_code_mode.runners.pyodide import PyodideRunner
 from mcp_code_mode.server import build_server
 
@@ -370,9 +371,12 @@ async def test_closing_the_engine_while_interpreters_start_leaves_no_deno_proces
 async def test_a_host_without_pyodide_gets_a_clear_error_and_the_server_still_serves(tmp_path: Path) -> None:
     config = make_config({}, pyodide_dir=tmp_path / "nowhere", workspace_dir=tmp_path / "runs")
     async with CodeMode(config) as cm:
-        result = await cm.execute("print(1)", runner="pyodide")
-        assert result.error is not None and result.error.type == "RunnerError"
-        assert "Pyodide is not installed" in result.error.message and "nowhere" in result.error.message
+        with pytest.raises(
+            UnsupportedError, match="pyodide runner is not available on this host: Pyodide is not installed"
+        ):
+            await cm.execute("print(1)", runner="pyodide")
+        assert "nowhere" in cm.unavailable_runners["pyodide"]
+        assert all(r["name"] != "pyodide" for lang in supported_languages(cm) for r in lang["runners"])
         assert (await cm.execute("print(1)")).output == "1\n"
 
 

@@ -249,7 +249,9 @@ INFO = RunnerInfo(
     package_manager="micropip (whitelisted pure-Python wheels from PyPI, Pyodide's own packages)",
     order=30,
     settings=("pyodide_pool_size", "pyodide_max_memory_mb", "pyodide_index_url", "pyodide_cache_dir"),
-    awaitable_stubs="in `async def` code, and in top-level code that awaits, stub calls must be awaited",
+    awaitable_stubs="a stub call is awaitable inside `async def` (its comprehensions too) and in top-level code when "
+    "written inside an `await` (`await asyncio.gather(*[srv.tool(x=i) for i in range(3)])`); elsewhere it returns "
+    "the result",
 )
 
 
