@@ -16,7 +16,7 @@ from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import Worker, WorkerPool
 from ._pooled import WorkerPools, zygote_launcher
-from .base import CheckRequest, RunnerInfo, RunRequest, StubBundle, distribution_version
+from .base import CheckRequest, Declared, RunnerInfo, RunRequest, StubBundle, distribution_version
 
 
 class ZygoteDialect:
@@ -53,7 +53,7 @@ class ZygoteDialect:
         return None
 
 
-class ZygoteRunner:
+class ZygoteRunner(Declared):
     """A runner on the Python zygote's warm workers."""
 
     def __init__(
@@ -84,18 +84,6 @@ class ZygoteRunner:
             default_profile=default_profile,
             max_environments=max_environments,
         )
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        return self.info.languages
-
-    @property
-    def stub_language(self) -> str:
-        return self.info.stub_language
 
     @property
     def pool(self) -> WorkerPool:

@@ -201,6 +201,24 @@ def distribution_version(name: str) -> str:
         return "-"
 
 
+class Declared:
+    """What a built runner says about itself, read from its ``info`` (a mixin: no behaviour of its own)."""
+
+    info: RunnerInfo
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.info.languages
+
+    @property
+    def stub_language(self) -> str:
+        return self.info.stub_language
+
+
 @dataclass(frozen=True)
 class RunnerPlugin:
     """A runner as the registry knows it: its declaration, how to build it, and what ``doctor`` checks."""
@@ -214,6 +232,7 @@ class RunnerPlugin:
 
 __all__ = [
     "CheckRequest",
+    "Declared",
     "Diagnosis",
     "ErrorDetail",
     "FileEntry",

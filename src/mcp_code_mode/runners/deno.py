@@ -40,6 +40,7 @@ from ._pooled import WorkerPools, command_launcher
 from ._typecheck import check_typescript
 from .base import (
     CheckRequest,
+    Declared,
     Diagnosis,
     RunnerContext,
     RunnerInfo,
@@ -168,7 +169,7 @@ class DenoDialect:
             result.error = explained
 
 
-class DenoRunner:
+class DenoRunner(Declared):
     """JavaScript and TypeScript on Deno workers (one run each), with npm packages from the allow-list."""
 
     info = INFO
@@ -215,18 +216,6 @@ class DenoRunner:
         )
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        return self.info.languages
-
-    @property
-    def stub_language(self) -> str:
-        return self.info.stub_language
 
     @property
     def pool(self) -> WorkerPool:

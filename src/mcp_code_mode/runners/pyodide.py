@@ -37,7 +37,16 @@ from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import WORKER_START_TIMEOUT, Worker, WorkerPool
 from ._pooled import WorkerPools, command_launcher
-from .base import CheckRequest, Diagnosis, RunnerContext, RunnerInfo, RunnerPlugin, RunRequest, StubBundle
+from .base import (
+    CheckRequest,
+    Declared,
+    Diagnosis,
+    RunnerContext,
+    RunnerInfo,
+    RunnerPlugin,
+    RunRequest,
+    StubBundle,
+)
 from .deno import find_deno
 from .pyodide_packages import PyodidePackages
 
@@ -294,7 +303,7 @@ class PyodideDialect:
             )
 
 
-class PyodideRunner:
+class PyodideRunner(Declared):
     """Python in Pyodide interpreters restored from a memory snapshot, one per run."""
 
     info = INFO
@@ -340,18 +349,6 @@ class PyodideRunner:
         self._target_size = settings.pyodide_pool_size
         self._prepared = False
         self._preparing = anyio.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        return self.info.languages
-
-    @property
-    def stub_language(self) -> str:
-        return self.info.stub_language
 
     @property
     def pool(self) -> WorkerPool:
