@@ -7,26 +7,15 @@ from typing import Any
 
 from mcp_code_mode.bridge import RunResult, ToolDispatcher
 from mcp_code_mode.runners import CheckRequest, RunnerInfo, RunRequest, StubBundle
+from mcp_code_mode.runners.base import Declared
 
 
 @dataclass(eq=False)
-class FakeRunner:
+class FakeRunner(Declared):
     info: RunnerInfo
     answer: RunResult = field(default_factory=lambda: RunResult(success=True, output="hi\n"))
     requests: list[RunRequest] = field(default_factory=list[RunRequest])
     isolation: str = "namespaces"
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        return self.info.languages
-
-    @property
-    def stub_language(self) -> str:
-        return self.info.stub_language
 
     def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
         return ("json", *package_imports)
