@@ -13,6 +13,7 @@ def test_all_names_exactly_the_public_api() -> None:
             "ConfigError",
             "DownstreamError",
             "ErrorDetail",
+            "PackageError",
             "FileEntry",
             "RunProgress",
             "RunResult",

@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 
 from . import __version__
+from ._cache_cli import add_cache_parser, run_cache_command
 from .cache import CACHE_MODES
-from .cache.cli import add_cache_parser, run_cache_command
 from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
 from .errors import CodeModeError, ConfigError

@@ -295,7 +295,7 @@ def build_http_app(engine: CodeMode, options: HttpOptions) -> Starlette:
     check_bind(options, settings)
     policy = peer_policy(options, settings)
     if settings.max_runs_per_client is None:
-        engine.admission.share_among_clients()  # many clients: none takes more than half the slots
+        engine.share_slots_among_clients()  # many clients: none takes more than half the slots
     server = build_http_server(engine, options)
     app = server.streamable_http_app(
         streamable_http_path=options.path,

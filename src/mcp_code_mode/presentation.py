@@ -25,19 +25,21 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
     """The limits and the isolation in force on this host right now (``get_execution_limits``)."""
     settings = engine.settings
     facts = engine.runner_facts()
+    isolation = engine.isolation()
+    enforced = isolation.pop("networkOffIsEnforced")
     return {
         "timeoutMs": {"default": settings.default_timeout_ms, "max": settings.max_timeout_ms},
         "maxOutputChars": settings.max_output_chars,
         "maxReturnValueChars": settings.max_output_chars,
         "maxCodeBytes": settings.max_code_bytes,
         "maxToolCallsPerRun": settings.max_tool_calls,
-        "admission": engine.admission.load(),
+        "admission": engine.load(),
         "network": {
             "serverPolicy": "allowed" if settings.allow_network else "never",
             "defaultForRuns": "allowed" if settings.allow_network else "off",
-            "offIsEnforced": engine.sandbox.network_enforced(),
+            "offIsEnforced": enforced,
         },
-        "isolation": engine.sandbox.describe(),
+        "isolation": isolation,
         "requireIsolation": settings.require_isolation,
         "runners": {
             f.info.name: {

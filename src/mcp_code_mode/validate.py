@@ -17,8 +17,10 @@ Nothing runs and no tool is called. For Python it reports, all at once and each 
 while the checker walks the tree. Parsing itself holds the interpreter lock (CPython's parser does not
 release it), which is why the size cap, not the thread, bounds how long a check can stall the others.
 
-``VALIDATORS`` maps a canonical language to its validator; a language without one answers that
-validation is not supported for it yet (the TypeScript checker plugs in here).
+``VALIDATORS`` maps a canonical language to its host-side validator. Each runner's ``check`` decides what
+``validate_code`` reports for it (the Python runners call ``check_python`` with the imports they allow,
+``local`` adds the constructs its interpreter refuses; ``deno`` runs ``deno check``, see
+``runners/_typecheck.py``).
 """
 
 from __future__ import annotations

@@ -332,6 +332,18 @@ class CodeMode:
             for r in self.runners.values()
         ]
 
+    def load(self) -> dict[str, Any]:
+        """Run slots, the queue and the memory budget right now (``admission``)."""
+        return self.admission.load()
+
+    def share_slots_among_clients(self) -> None:
+        """Many clients (HTTP): none may take more than its share of the run slots."""
+        self.admission.share_among_clients()
+
+    def isolation(self) -> dict[str, Any]:
+        """The sandbox in force on this host, and whether a run without network is really cut off."""
+        return {**self.sandbox.describe(), "networkOffIsEnforced": self.sandbox.network_enforced()}
+
     def servers(self) -> list[dict[str, Any]]:
         """Each downstream server's state."""
         return [s.status() for s in self.pool.servers.values()]

@@ -228,6 +228,9 @@ class RunnerPlugin:
     diagnose: Callable[[Settings], list[Diagnosis]] | None = None
     sources: tuple[Path, ...] = ()
     """Files of its sandbox-side program (besides the runner's own package), for the cache keys."""
+    prune: Callable[[Settings, float], tuple[str, list[str]]] | None = None
+    """``mcp-code-mode cache prune``: remove what the runner keeps in the cache directory that was not used for
+    that many seconds; what they are (e.g. ``Pyodide snapshot(s)``) and the names removed."""
 
 
 __all__ = [

@@ -457,7 +457,14 @@ def diagnose(settings: Settings) -> list[Diagnosis]:
     return []
 
 
-PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER_SCRIPT, HERE / "worker_runtime.ts", PRELUDE, RUNTIME))
+def prune(settings: Settings, unused_for: float) -> tuple[str, list[str]]:
+    folder = default_cache_dir(settings)
+    return "Pyodide snapshot(s)", prune_snapshots(folder, unused_for) if folder.is_dir() else []
+
+
+PLUGIN = RunnerPlugin(
+    INFO, build, diagnose, sources=(WORKER_SCRIPT, HERE / "worker_runtime.ts", PRELUDE, RUNTIME), prune=prune
+)
 
 
 __all__ = ["PLUGIN", "PyodideRunner", "ensure_snapshot", "find_deno", "prune_snapshots"]

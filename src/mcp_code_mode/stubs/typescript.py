@@ -1,7 +1,7 @@
 """JSON Schema → TypeScript declarations: one interface per argument object, one global object per server.
 
 The text is a global declaration file (no imports or exports): ``get_tool_stubs`` shows it to a model,
-and ``validate_ts.check_typescript`` type-checks a script against it. The sandbox defines the same
+and ``runners._typecheck.check_typescript`` type-checks a script against it. The sandbox defines the same
 globals at run time from the bundle's ``functions`` (namespace → function names): each function sends
 ``callTool(namespace, function, args)`` over the bridge, and the host maps both names back to the
 server and the tool, so declarations and behaviour come from one ``StubIndex``.

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import Settings
-from ..packages import PythonEnvironments
-from ..runners.pyodide import default_cache_dir, prune_snapshots
-from . import ONE_DAY, ScriptCache
-from .embed import make_embedder
+from .cache import ONE_DAY, ScriptCache
+from .cache.embed import make_embedder
+from .config import Settings
+from .packages import PythonEnvironments
+from .runners.registry import plugins
 
 DEFAULT_PRUNE_DAYS = 30.0
 
@@ -87,7 +87,7 @@ def run_cache_command(settings: Settings, args: argparse.Namespace, out: TextIO 
             print(f"mcp-code-mode: {problem}", file=sys.stderr)
         if cache.store is None:
             return 1
-        return _dispatch(cache, environments(settings), default_cache_dir(settings), args, stream)
+        return _dispatch(cache, environments(settings), settings, args, stream)
     finally:
         cache.close()
 
@@ -97,7 +97,7 @@ def environments(settings: Settings) -> PythonEnvironments:
 
 
 def _dispatch(
-    cache: ScriptCache, envs: PythonEnvironments, pyodide_dir: Path, args: argparse.Namespace, out: TextIO
+    cache: ScriptCache, envs: PythonEnvironments, settings: Settings, args: argparse.Namespace, out: TextIO
 ) -> int:
     command = args.cache_command
     if command == "search":
@@ -157,10 +157,13 @@ def _dispatch(
         print(f"pruned {len(gone)} package environment(s) not used for {args.older_than:g} days", file=out)
         for line in gone:
             print(f"  {line}", file=out)
-        snapshots = prune_snapshots(pyodide_dir, args.older_than * ONE_DAY) if pyodide_dir.is_dir() else []
-        print(f"pruned {len(snapshots)} Pyodide snapshot(s) not used for {args.older_than:g} days", file=out)
-        for name in snapshots:
-            print(f"  {name}", file=out)
+        for plugin in plugins():  # what each runner keeps in the cache of its own (Pyodide's snapshots)
+            if plugin.prune is None:
+                continue
+            what, removed_files = plugin.prune(settings, args.older_than * ONE_DAY)
+            print(f"pruned {len(removed_files)} {what} not used for {args.older_than:g} days", file=out)
+            for name in removed_files:
+                print(f"  {name}", file=out)
         return 0
     assert command == "export"
     target = args.output.open("w", encoding="utf-8") if args.output else out
