@@ -186,3 +186,39 @@ def test_docstrings_survive_quotes_and_backslashes() -> None:
     info = tool("t", {"type": "object", "properties": {}}, description='Says """hi""" and C:\\path')
     namespace, _ = run_stubs(render_module(index_of("srv", [info])))
     assert namespace["srv"].t.__doc__.startswith('Says """hi""" and C:\\path')
+
+
+class ToolError(Exception):
+    """Stands for the sandbox's ToolError, as the worker defines it."""
+
+    def __init__(self, message: str, server: str | None = None, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.server, self.tool = server, tool
+
+
+def test_a_name_that_is_no_tool_of_a_live_server_raises_tool_error_listing_its_tools() -> None:
+    infos = [
+        ToolInfo(server="my-server", name=name, description="", input_schema={"type": "object"}, output_schema=None)
+        for name in ("get-user", "b")
+    ]
+    index = StubIndex.build([("my-server", None)], infos)
+    selected = [t for t in index.tools() if t.name == "b"]
+    source = render_module(index, {"my-server": selected})  # a selection: the error names every tool
+    assert '@_namespace("my-server", "get-user", "b")\nclass my_server:' in source
+    namespace, calls = run_stubs(source)
+    namespace["ToolError"] = ToolError
+    srv = namespace["my_server"]
+    with pytest.raises(ToolError) as caught:
+        srv.nope(x=1)
+    assert str(caught.value) == "server 'my-server' has no tool 'nope' (its tools: get-user, b)"
+    assert (caught.value.server, caught.value.tool) == ("my-server", "nope")
+    assert srv.b() == "ok" and calls == [("my-server", "b", {})]
+    assert not hasattr(srv, "_private") and not hasattr(srv, "__wrapped__")  # private names stay AttributeError
+    assert srv.__name__ == "my_server" and srv.__doc__ and "2 tools" in srv.__doc__
+
+
+def test_a_server_without_tools_says_none() -> None:
+    namespace, _ = run_stubs(render_module(StubIndex.build([("empty", None)], [])))
+    namespace["ToolError"] = ToolError
+    with pytest.raises(ToolError, match=r"^server 'empty' has no tool 'x' \(its tools: none\)$"):
+        namespace["empty"].x()

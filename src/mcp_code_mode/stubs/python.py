@@ -1,7 +1,9 @@
 """JSON Schema → Python stubs: one class per server, one static method per tool.
 
 The text this module renders is the code that defines the stubs inside the sandbox (the worker
-executes it), so what ``get_tool_stubs`` shows a model is exactly what its script calls.
+executes it), so what ``get_tool_stubs`` shows a model is exactly what its script calls. A name that is
+none of a server's tools raises the sandbox's ToolError with the dispatcher's text (``server 'x' has no
+tool 'y' (its tools: ...)``): the class's type (``_namespace``) answers only for missing, public names.
 """
 
 from __future__ import annotations
@@ -28,6 +30,40 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 '''
 
+NAMESPACE_HELPER = '''\
+def _namespace(server: str, *tools: str) -> Any:
+    """Makes a class a server's namespace: a name that is none of its tools raises ToolError listing them."""
+    listed = ", ".join(tools) or "none"
+
+    class _Tools(type):
+        def __getattr__(cls, name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(name)
+            raise _tool_error()(f"server {server!r} has no tool {name!r} (its tools: {listed})", server, name)
+
+    def namespace(cls: type) -> Any:
+        body = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        return _Tools(cls.__name__, cls.__bases__, body)
+
+    return namespace
+
+
+def _tool_error() -> Any:
+    """The sandbox's ToolError (so that `except ToolError` catches it), else RuntimeError."""
+    import sys
+
+    for found in (
+        globals().get("ToolError"),
+        getattr(sys.modules.get("cm_runtime"), "ToolError", None),
+        getattr(sys.modules.get("cm_protocol"), "ToolError", None),
+        getattr(_call, "__globals__", {}).get("ToolError"),
+    ):
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return RuntimeError
+'''
+"""Defined in every stub module: the decorator of a live server's class, and the ToolError the helpers raise."""
+
 UNAVAILABLE_HELPER = '''\
 class _Unavailable(type):
     """The type of a server's namespace while the server is down: any of its tools raises ToolError saying why."""
@@ -37,20 +73,6 @@ class _Unavailable(type):
             raise AttributeError(name)
         server, reason = cls.__dict__["_server"], cls.__dict__["_reason"]
         raise _tool_error()(f"server {server!r} is not available: {reason}", server, name)
-
-
-def _tool_error() -> Any:
-    """The sandbox's ToolError (so that `except ToolError` catches it), else RuntimeError."""
-    import sys
-
-    for found in (
-        globals().get("ToolError"),
-        getattr(sys.modules.get("cm_protocol"), "ToolError", None),
-        getattr(_call, "__globals__", {}).get("ToolError"),
-    ):
-        if isinstance(found, type) and issubclass(found, Exception):
-            return found
-    return RuntimeError
 '''
 """Defined in the stubs only when a server is down: the namespace object of each such server."""
 
@@ -271,7 +293,12 @@ def render_server(server: ServerSpec, tools: Iterable[ToolSpec] | None = None, t
     taken = taken if taken is not None else set()
     rendered = [render_tool(t, taken) for t in (server.tools if tools is None else tools)]
     summary = server.description or f"Tools of the MCP server {server.name!r}."
-    head = [f"class {server.namespace}:", _docstring_literal(f"{summary} ({len(server.tools)} tools)", "    ")]
+    names = "".join(f", {py_string(t.name)}" for t in server.tools)
+    head = [
+        f"@_namespace({py_string(server.name)}{names})",
+        f"class {server.namespace}:",
+        _docstring_literal(f"{summary} ({len(server.tools)} tools)", "    "),
+    ]
     body = "\n\n".join(r.method for r in rendered) if rendered else "    pass"
     types = [d for r in rendered for d in r.types]
     return "\n\n\n".join([*types, "\n".join(head) + "\n\n" + body])
@@ -299,6 +326,8 @@ def render_module(index: StubIndex, selection: Mapping[str, Iterable[ToolSpec]] 
     blocks = [HEADER]
     chosen = [s for s in index.servers if selection is None or s.name in selection]
     down = [(s, reason) for s in chosen if (reason := index.unavailable_reason(s)) is not None]
+    if chosen:
+        blocks.append(NAMESPACE_HELPER)
     if down:
         blocks.append(UNAVAILABLE_HELPER)
     for server, reason in down:

@@ -2,6 +2,12 @@
 
 Part of the program that runs inside the sandbox (see ``worker.py``): standard library only, plus
 smolagents' interpreter for ``local``.
+
+Under ``cpython`` a stub call (and ``call_tool``) is awaitable by the rule the pyodide runner follows
+(``cm_runtime.AwaitableCalls``): inside ``async def`` (its comprehensions included) and, in top-level
+code, when the call is written inside an ``await`` expression, it returns an awaitable; elsewhere it
+returns the result. The awaitable makes the call when it is awaited, one call at a time, so
+``asyncio.gather`` gives the results in order. Under ``local`` a call always returns its result.
 """
 
 from __future__ import annotations
@@ -13,11 +19,32 @@ import sys
 import traceback
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from cm_constructs import refusal, unsupported
 from cm_guard import harden_interpreter, run_imports
-from cm_protocol import FinalAnswer, Output, ToolError, error_info, syntax_error
+from cm_protocol import AwaitableCalls, FinalAnswer, Output, ToolError, error_info, syntax_error, tool_arguments
+
+SCRIPT_FILENAME = "<script>"
+
+_awaitable: AwaitableCalls | None = None
+"""The running cpython script's rule for awaitable calls (set by ``run_cpython``; none under ``local``)."""
+
+
+def dispatch(
+    call: Callable[[str, str, Any], Any], server: str, tool: str, arguments: Any, caller: types.FrameType | None
+) -> Any:
+    """A tool call written in the frame ``caller``: ``call(server, tool, arguments)`` now, or an awaitable
+    that makes it when awaited (by the script's rule). Arguments that are not JSON fail where the call is written."""
+    if _awaitable is not None and _awaitable.wanted(caller):
+        tool_arguments(server, tool, arguments)
+        return _call_when_awaited(call, server, tool, arguments)
+    return call(server, tool, arguments)
+
+
+async def _call_when_awaited(call: Callable[[str, str, Any], Any], server: str, tool: str, arguments: Any) -> Any:
+    return call(server, tool, arguments)
 
 
 def confined_open(workspace: str) -> Any:
@@ -133,14 +160,22 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, A
     import asyncio
     import inspect
 
+    global _awaitable
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
-        tree = ast.parse(code, "<script>")
+        tree = ast.parse(code, SCRIPT_FILENAME)
+        rule = AwaitableCalls(tree, SCRIPT_FILENAME)
+        last: types.CodeType | None = None
+        if tree.body and isinstance(final := tree.body[-1], ast.Expr):
+            tree.body.pop()
+            expression: types.CodeType = compile(ast.Expression(final.value), SCRIPT_FILENAME, "eval", flags=flags)
+            rule.include(expression)
+            last = expression
+        compiled = compile(tree, SCRIPT_FILENAME, "exec", flags=flags)
+        rule.include(compiled)
     except SyntaxError as exc:
         return {"success": False, "error": syntax_error(exc)}
-    last: ast.Expression | None = None
-    if tree.body and isinstance(final := tree.body[-1], ast.Expr):
-        tree.body.pop()
-        last = ast.Expression(final.value)
+    _awaitable = rule
 
     def final_answer(value: Any = None) -> Any:
         raise FinalAnswer(value)
@@ -148,12 +183,11 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, A
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
     namespace.update(ToolError=ToolError, final_answer=final_answer)
     sys.stdout = sys.stderr = output  # type: ignore[assignment]
-    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
-        body = eval(compile(tree, "<script>", "exec", flags=flags), namespace)
+        body = eval(compiled, namespace)
         if inspect.iscoroutine(body):
             asyncio.run(body)
-        value = eval(compile(last, "<script>", "eval", flags=flags), namespace) if last is not None else None
+        value = eval(last, namespace) if last is not None else None
         if inspect.iscoroutine(value):
             value = asyncio.run(value)
         return {"success": True, "value": value}
@@ -167,10 +201,11 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, A
         return {"success": False, "error": error_info(exc, _script_line(exc), _script_traceback(exc, code))}
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        _awaitable = None
 
 
 def _script_frames(exc: BaseException) -> list[traceback.FrameSummary]:
-    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<script>"]
+    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == SCRIPT_FILENAME]
 
 
 def _script_line(exc: BaseException) -> int | None:

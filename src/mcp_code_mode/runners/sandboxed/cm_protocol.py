@@ -1,8 +1,9 @@
 """The zygote's side of the bridge: its channels, and a run's printed output sent on its run channel.
 
 Part of the program that runs inside the sandbox (see ``worker.py``): standard library only. What a
-script sees and how a run is reported (``ToolError``, ``jsonable``, the output's cap and flush rule) are
-``cm_runtime``'s, shared with the pyodide runner; they are re-exported here for ``cm_interpreters``.
+script sees and how a run is reported (``ToolError``, ``jsonable``, the output's cap and flush rule, when a
+stub call is awaitable) are ``cm_runtime``'s, shared with the pyodide runner; they are re-exported here
+for ``cm_interpreters``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from cm_runtime import (
     CHUNK_CHARS,
     FLUSH_SECONDS,
+    AwaitableCalls,
     FinalAnswer,
     OutputBuffer,
     ToolError,
@@ -30,6 +32,7 @@ from cm_runtime import (
 __all__ = [
     "CHUNK_CHARS",
     "FLUSH_SECONDS",
+    "AwaitableCalls",
     "Channel",
     "FinalAnswer",
     "Output",
@@ -37,6 +40,7 @@ __all__ = [
     "error_info",
     "jsonable",
     "syntax_error",
+    "tool_arguments",
 ]
 
 

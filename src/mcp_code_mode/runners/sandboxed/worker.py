@@ -39,7 +39,7 @@ from typing import Any
 # The sibling modules (cm_runtime, cm_protocol, ...) are found next to this file, in or out of a sandbox.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cm_interpreters import import_interpreter, patch_line_tracking, run_cpython, run_local
+from cm_interpreters import dispatch, import_interpreter, patch_line_tracking, run_cpython, run_local
 from cm_os import (
     PR_SET_DUMPABLE,
     apply_limits,
@@ -130,7 +130,7 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""
-        return run.call(server, tool, {} if arguments is None else arguments)
+        return dispatch(run.call, server, tool, {} if arguments is None else arguments, sys._getframe(1))
 
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
@@ -204,7 +204,7 @@ def main() -> None:
     def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:
         arguments = dict(required)
         arguments.update({k: v for k, v in optional.items() if v is not None})
-        return current["run"].call(server, tool, arguments)
+        return dispatch(current["run"].call, server, tool, arguments, sys._getframe(2))  # the stub's caller
 
     def compile_stubs(source: str, version: int) -> None:
         nonlocal stub_namespace, stub_version
