@@ -21,6 +21,9 @@ INFO = RunnerInfo(
     packages="environment",
     package_manager="uv (whitelisted PyPI wheels)",
     order=20,
+    awaitable_stubs="a stub call is awaitable inside `async def` (its comprehensions too) and in top-level code when "
+    "written inside an `await` (`await asyncio.gather(*[srv.tool(x=i) for i in range(3)])`); elsewhere it returns "
+    "the result",
     settings=("cpython_pool_size", "limit_memory_mb", "max_warm_environments"),
 )
 

@@ -23,7 +23,7 @@ JS_RESERVED = frozenset(
 )
 # Names the Python stub module uses itself (its imports, the ``_call`` its functions call, the down-server helpers).
 STUB_MODULE_NAMES = frozenset(
-    {"Any", "Literal", "NotRequired", "TypedDict", "annotations", "_call", "_Unavailable", "_tool_error"}
+    {"Any", "Literal", "NotRequired", "TypedDict", "annotations", "_call", "_Unavailable", "_tool_error", "_namespace"}
 )
 # A server's namespace is a top-level name in Python and JavaScript alike.
 SERVER_RESERVED = (
