@@ -73,6 +73,13 @@ environment with uv and the sandbox mounts it), ``self`` (the runner installs th
 Pyodide's wheels)."""
 
 
+PYTHON_AWAITABLE_RULE = (
+    "a stub call is awaitable inside `async def` (its comprehensions too) and in top-level code when written "
+    "inside an `await` (`await asyncio.gather(*[srv.tool(x=i) for i in range(3)])`); elsewhere it returns the result"
+)
+"""When a stub call is awaitable under the Python runners that run asyncio (``cm_runtime.AwaitableCalls``)."""
+
+
 @dataclass(frozen=True)
 class RunnerInfo:
     """What a runner declares about itself, before it is built."""
@@ -240,6 +247,7 @@ __all__ = [
     "ErrorDetail",
     "FileEntry",
     "OutputCallback",
+    "PYTHON_AWAITABLE_RULE",
     "PackageKind",
     "RunRequest",
     "RunResult",

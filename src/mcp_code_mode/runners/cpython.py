@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..sandbox import Profile
 from ._zygote import ZygoteRunner
-from .base import RunnerContext, RunnerInfo, RunnerPlugin
+from .base import PYTHON_AWAITABLE_RULE, RunnerContext, RunnerInfo, RunnerPlugin
 
 PRELOAD: tuple[str, ...] = ("json", "re", "datetime", "collections", "asyncio", "inspect", "traceback")
 
@@ -21,9 +21,7 @@ INFO = RunnerInfo(
     packages="environment",
     package_manager="uv (whitelisted PyPI wheels)",
     order=20,
-    awaitable_stubs="a stub call is awaitable inside `async def` (its comprehensions too) and in top-level code when "
-    "written inside an `await` (`await asyncio.gather(*[srv.tool(x=i) for i in range(3)])`); elsewhere it returns "
-    "the result",
+    awaitable_stubs=PYTHON_AWAITABLE_RULE,
     settings=("cpython_pool_size", "limit_memory_mb", "max_warm_environments"),
 )
 

@@ -38,6 +38,7 @@ from ..validate import check_python
 from ._pool import WORKER_START_TIMEOUT, Worker, WorkerPool
 from ._pooled import WorkerPools, command_launcher
 from .base import (
+    PYTHON_AWAITABLE_RULE,
     CheckRequest,
     Declared,
     Diagnosis,
@@ -258,9 +259,7 @@ INFO = RunnerInfo(
     package_manager="micropip (whitelisted pure-Python wheels from PyPI, Pyodide's own packages)",
     order=30,
     settings=("pyodide_pool_size", "pyodide_max_memory_mb", "pyodide_index_url", "pyodide_cache_dir"),
-    awaitable_stubs="a stub call is awaitable inside `async def` (its comprehensions too) and in top-level code when "
-    "written inside an `await` (`await asyncio.gather(*[srv.tool(x=i) for i in range(3)])`); elsewhere it returns "
-    "the result",
+    awaitable_stubs=PYTHON_AWAITABLE_RULE,
 )
 
 
