@@ -83,22 +83,17 @@ def supported_languages(engine: CodeMode) -> list[dict[str, Any]]:
 
 
 def describe_runners(engine: CodeMode) -> str:
-    """One line per runner for ``execute_code``'s description and its ``runner`` parameter."""
-    lines: list[str] = []
+    """One line naming each runner, for ``execute_code``'s description (``list_supported_languages`` has more)."""
+    parts: list[str] = []
     for f in engine.runner_facts():
-        default = f" (default for {', '.join(f.default_for)})" if f.default_for else ""
-        awaits = f"; {f.info.awaitable_stubs}" if f.info.awaitable_stubs else ""
-        lines.append(f'- runner="{f.info.name}"{default}: {f.info.summary}{awaits}')
-    return "Runners:\n" + "\n".join(lines)
+        default = f", default for {'/'.join(f.default_for)}" if f.default_for else ""
+        parts.append(f"{f.info.name} ({f.info.summary}{default})")
+    return "Runners: " + "; ".join(parts) + ". Awaiting stubs and more: list_supported_languages."
 
 
 def runner_choices(engine: CodeMode) -> str:
     """The ``runner`` parameter's description."""
-    parts = [
-        f"{f.info.name} ({', '.join(f.info.languages)}{', default' if f.default_for else ''})"
-        for f in engine.runner_facts()
-    ]
-    return "Runner: " + ", ".join(parts) + "."
+    return "Runner: " + ", ".join(f.info.name for f in engine.runner_facts()) + " (default: the language's)."
 
 
 def describe_servers(engine: CodeMode) -> str:
