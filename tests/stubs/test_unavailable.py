@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -55,7 +56,9 @@ def test_any_tool_of_a_down_server_raises_the_sandboxs_tool_error_with_the_reaso
     assert stubs["live"].echo() == "ok"  # the servers that are up are untouched
 
 
-def test_without_a_tool_error_in_scope_a_down_server_raises_runtime_error() -> None:
+def test_without_a_tool_error_in_scope_a_down_server_raises_runtime_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("cm_runtime", "cm_protocol"):  # another test may have imported the sandbox's modules
+        monkeypatch.delitem(sys.modules, module, raising=False)
     stubs = _compile(render_module(_index({"ghost-server": "down"})))
     with pytest.raises(RuntimeError, match="server 'ghost-server' is not available: down"):
         getattr(stubs["ghost_server"], "list_things")  # noqa: B009 (reading the attribute is what raises)

@@ -39,7 +39,9 @@ def _namespace(server: str, *tools: str) -> Any:
         def __getattr__(cls, name: str) -> Any:
             if name.startswith("_"):
                 raise AttributeError(name)
-            raise _tool_error()(f"server {server!r} has no tool {name!r} (its tools: {listed})", server, name)
+            # Also an AttributeError: hasattr(server, "tool") answers False, as for any missing name.
+            unknown = type("ToolError", (_tool_error(), AttributeError), {})
+            raise unknown(f"server {server!r} has no tool {name!r} (its tools: {listed})", server, name)
 
     def namespace(cls: type) -> Any:
         body = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}

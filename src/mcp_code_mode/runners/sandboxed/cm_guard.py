@@ -410,9 +410,12 @@ def harden_interpreter() -> None:
         if not isinstance(node.func, ast.Attribute):
             return call(node, state, static_tools, custom_tools, imports)
         obj = lpe.evaluate_ast(node.func.value, state, static_tools, custom_tools, imports)
-        if not hasattr(obj, node.func.attr) and not _is_dunder(node.func.attr):
-            raise lpe.InterpreterError(f"Object {obj} has no attribute {node.func.attr}")
-        method = _guarded(obj, node.func.attr, dunder_call=True)
+        try:
+            method = _guarded(obj, node.func.attr, dunder_call=True)
+        except AttributeError as exc:
+            if type(exc).__name__ == "ToolError":  # a stub namespace naming its tools: the script may catch it
+                raise
+            raise lpe.InterpreterError(f"Object {obj} has no attribute {node.func.attr}") from None
         slot = "." + node.func.attr
         resolved = ast.copy_location(ast.Call(ast.Name(slot, ast.Load()), node.args, node.keywords), node)
         missing = object()
