@@ -9,15 +9,13 @@ snake_case in Python and camelCase on the wire.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
-@dataclass
-class ErrorDetail:
-    """Why a run failed."""
+class ErrorDetail(BaseModel):
+    """Why a run failed. ``ErrorDetail("ToolError", "message", 3)`` or by keyword."""
 
     type: str
     """Exception type, e.g. ``ZeroDivisionError``, ``ToolError``, ``TimeoutError``."""
@@ -26,14 +24,21 @@ class ErrorDetail:
     """Line in the submitted code, when known."""
     traceback: str | None = None
 
+    def __init__(
+        self, type: str, message: str, line: int | None = None, traceback: str | None = None, **extra: Any
+    ) -> None:
+        super().__init__(type=type, message=message, line=line, traceback=traceback, **extra)
 
-@dataclass
-class FileEntry:
-    """A file the script left in its workspace."""
+
+class FileEntry(BaseModel):
+    """A file the script left in its workspace. ``FileEntry("out.txt", 5)`` or by keyword."""
 
     path: str
     """Relative to the run's workspace."""
     size: int
+
+    def __init__(self, path: str, size: int, **extra: Any) -> None:
+        super().__init__(path=path, size=size, **extra)
 
 
 class RunResult(BaseModel):
