@@ -103,3 +103,55 @@ async def test_validate_code_reports_a_finding_for_each_language(client: Client)
         "validate_code", {"language": "typescript", "code": "const x: number = 'a';\nexport default x;"}
     )
     assert ts.structured_content is not None and ts.structured_content["valid"] is False
+
+
+SEED_TYPESCRIPT = """interface User {
+  name: string;
+  age: number;
+  email?: string;
+}
+const users: User[] = [
+  { name: "Alice", age: 30, email: "alice@example.com" },
+  { name: "Bob", age: 25 }
+];
+users.forEach(user => {
+  console.log(`${user.name} (${user.age}): ${user.email || 'No email'}`);
+});"""
+
+SEED_NUMPY = """import numpy as np
+# Create array and perform calculations
+data = np.array([1, 2, 3, 4, 5])
+print(f"Mean: {np.mean(data)}")
+print(f"Std Dev: {np.std(data)}")
+print(f"Sum: {np.sum(data)}")"""
+
+SEED_FILES = """# Write data to file in sandbox
+with open('results.txt', 'w') as f:
+    f.write('Processing complete!\\n')
+    f.write('Total: 42\\n')
+# Read it back
+with open('results.txt', 'r') as f:
+    print(f.read())"""
+
+SEED_SCRAPING_OFFLINE = """from bs4 import BeautifulSoup
+html = '<html><head><title>Example Domain</title></head><body></body></html>'
+soup = BeautifulSoup(html, 'html.parser')
+title = soup.find('title').text
+print(f"Page title: {title}")"""
+
+
+async def test_the_seed_examples_that_need_no_internet_run_on_the_default_runners(client: Client) -> None:
+    """The original README's examples 3, 4, 6, and 5 on a page given inline (this host reaches no web site)."""
+    ts = await run(client, language="typescript", code=SEED_TYPESCRIPT)
+    assert ts["success"], ts["error"]
+    assert ts["output"] == "Alice (30): alice@example.com\nBob (25): No email\n"
+    numpy = await run(client, language="python", packages=["numpy"], code=SEED_NUMPY)
+    assert numpy["success"], numpy["error"]
+    assert numpy["output"] == "Mean: 3.0\nStd Dev: 1.4142135623730951\nSum: 15\n"
+    files = await run(client, language="python", code=SEED_FILES)
+    assert files["success"], files["error"]
+    assert files["output"] == "Processing complete!\nTotal: 42\n\n"
+    assert files["files"] == [{"path": "results.txt", "size": 31}]
+    scraping = await run(client, language="python", packages=["beautifulsoup4"], code=SEED_SCRAPING_OFFLINE)
+    assert scraping["success"], scraping["error"]
+    assert scraping["output"] == "Page title: Example Domain\n"
