@@ -32,7 +32,7 @@ test: install
 # The fast tier: unit tests with fakes (no downstream server, no sandboxed worker), well under a minute.
 FAST_TESTS := tests/engine tests/bridge tests/test_architecture.py tests/test_public_api.py tests/test_config.py \
 	tests/test_local_constructs.py tests/stubs/test_python.py tests/packages/test_policy.py tests/runners/test_npm.py \
-	tests/cache/test_keys.py tests/cache/test_describe.py tests/cache/test_search.py tests/test_tokens.py
+	tests/cache/test_keys.py tests/cache/test_describe.py tests/cache/test_search.py tests/test_tokens.py tests/egress
 
 test-fast: install
 	$(BIN)/python -m pytest -q $(FAST_TESTS)
