@@ -1,0 +1,221 @@
+"""The egress proxy: the only way out of a sandbox, on the host, deciding every connection itself.
+
+It speaks HTTP/1.1 proxying on any stream listener (a Unix socket bound into the sandbox, or TCP for tests):
+
+- ``CONNECT host:port`` opens a tunnel (HTTPS, or anything over TCP) once the policy allows it;
+- ``GET http://host/path`` (absolute form) is forwarded as one request with ``Connection: close``.
+
+The proxy resolves names itself and hands the policy every address (``EgressPolicy.check_addresses``), then
+connects to the address it approved, never to the name again (no second lookup a rebinding DNS could
+answer differently). A refusal is ``403`` with a one-line reason naming the host and the rule, which the
+script's HTTP client shows. Each connection's decision, bytes out and in are counted per ``EgressLog``.
+
+Everything the client sends is untrusted: the request line and headers are bounded (``MAX_HEAD_BYTES``),
+and a byte cap per log ends tunnels that pass it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import ByteStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from .policy import AddressRefused, EgressPolicy, IPAddress
+
+MAX_HEAD_BYTES = 32 * 1024
+"""Request line and headers, at most."""
+CONNECT_TIMEOUT = 10.0
+
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address ``host`` resolves to (a literal address is itself)."""
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        pass
+    try:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    out: list[IPAddress] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if address not in out:
+            out.append(address)
+    return out
+
+
+@dataclass
+class Connection:
+    host: str
+    port: int
+    allowed: bool
+    reason: str = ""
+    bytes_out: int = 0
+    bytes_in: int = 0
+
+
+@dataclass
+class EgressLog:
+    """What one run did through the proxy."""
+
+    max_bytes: int | None = None
+    connections: list[Connection] = field(default_factory=list[Connection])
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(c.bytes_out + c.bytes_in for c in self.connections)
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "hosts": sorted({f"{c.host}:{c.port}" for c in self.connections if c.allowed}),
+            "bytesOut": sum(c.bytes_out for c in self.connections),
+            "bytesIn": sum(c.bytes_in for c in self.connections),
+            "refused": [f"{c.host}:{c.port}: {c.reason}" for c in self.connections if not c.allowed],
+        }
+
+
+def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
+    if authority.startswith("["):
+        end = authority.find("]")
+        host, rest = authority[1:end], authority[end + 1 :]
+        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else default_port
+        return host, port
+    if authority.count(":") == 1:
+        host, port_text = authority.split(":")
+        if not port_text.isdigit():
+            raise ValueError(f"bad port in {authority!r}")
+        return host, int(port_text)
+    return authority, default_port
+
+
+async def _answer(client: ByteStream, status: str, reason: str = "") -> None:
+    body = (reason + "\n").encode() if reason else b""
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    with anyio.move_on_after(5):
+        await client.send(head.encode() + body)
+
+
+class EgressProxy:
+    """Serves one policy and one log (one run's), on whatever listener ``serve`` is given."""
+
+    def __init__(self, policy: EgressPolicy, log: EgressLog | None = None, *, resolver: Resolver = resolve) -> None:
+        self.policy = policy
+        self.log = log or EgressLog()
+        self._resolve = resolver
+
+    async def handle(self, client: ByteStream) -> None:
+        async with client:
+            reader = BufferedByteReceiveStream(client)
+            try:
+                head = await reader.receive_until(b"\r\n\r\n", MAX_HEAD_BYTES)
+            except (anyio.DelimiterNotFound, anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+                await _answer(client, "400 Bad Request", "the request head is missing or over 32 KiB")
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+                await _answer(client, "400 Bad Request", "not an HTTP request line")
+                return
+            method, target, version = parts
+            try:
+                if method.upper() == "CONNECT":
+                    host, port = _split_host_port(target, 443)
+                    await self._tunnel(client, reader, host, port)
+                    return
+                if not target.lower().startswith("http://"):
+                    await _answer(client, "400 Bad Request", "a proxy request needs CONNECT or an http:// URL")
+                    return
+                rest = target[7:]
+                authority, _, path = rest.partition("/")
+                host, port = _split_host_port(authority, 80)
+            except ValueError as exc:
+                await _answer(client, "400 Bad Request", str(exc))
+                return
+            headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
+            request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
+            await self._forward(client, reader, host, port, request.encode("latin-1"))
+
+    async def _open(self, client: ByteStream, host: str, port: int) -> tuple[ByteStream, Connection] | None:
+        record = Connection(host, port, allowed=False)
+        self.log.connections.append(record)
+        try:
+            self.policy.check_name(host, port)
+            address = self.policy.check_addresses(host, port, await self._resolve(host, port))
+        except AddressRefused as exc:
+            record.reason = exc.rule
+            await _answer(client, "403 Forbidden", str(exc))
+            return None
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                upstream = await anyio.connect_tcp(str(address), port)
+        except (OSError, TimeoutError) as exc:
+            record.reason = f"could not connect: {exc}"
+            await _answer(client, "502 Bad Gateway", f"connection to {host}:{port} failed: {exc}")
+            return None
+        record.allowed = True
+        return upstream, record
+
+    def _within_cap(self) -> bool:
+        return self.log.max_bytes is None or self.log.bytes_total <= self.log.max_bytes
+
+    async def _pump(
+        self, source: BufferedByteReceiveStream | ByteStream, sink: ByteStream, count: Callable[[int], None]
+    ) -> None:
+        """Copy until either side ends or the run's byte cap is passed (what was read ahead goes first)."""
+        try:
+            while self._within_cap():
+                chunk = await source.receive()
+                count(len(chunk))
+                await sink.send(chunk)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await sink.send_eof()
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, NotImplementedError):
+                    pass
+
+    async def _splice(
+        self, client: ByteStream, reader: BufferedByteReceiveStream, upstream: ByteStream, record: Connection
+    ) -> None:
+        def out(n: int) -> None:
+            record.bytes_out += n
+
+        def into(n: int) -> None:
+            record.bytes_in += n
+
+        async with upstream, anyio.create_task_group() as tg:
+            tg.start_soon(self._pump, reader, upstream, out)
+            await self._pump(upstream, client, into)
+            tg.cancel_scope.cancel()
+
+    async def _tunnel(self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int) -> None:
+        opened = await self._open(client, host, port)
+        if opened is None:
+            return
+        upstream, record = opened
+        await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        await self._splice(client, reader, upstream, record)
+
+    async def _forward(
+        self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int, request: bytes
+    ) -> None:
+        opened = await self._open(client, host, port)
+        if opened is None:
+            return
+        upstream, record = opened
+        record.bytes_out += len(request)
+        await upstream.send(request)
+        await self._splice(client, reader, upstream, record)
+
+
+__all__ = ["Connection", "EgressLog", "EgressProxy", "resolve"]

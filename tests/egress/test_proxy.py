@@ -1,0 +1,176 @@
+"""The egress proxy with real traffic on loopback: a test HTTP server, the proxy on a Unix socket (as a
+sandbox sees it) or on TCP (for an unmodified client library), and the policy deciding each connection."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import ByteStream, SocketStream
+
+from mcp_code_mode.egress import EgressPolicy
+from mcp_code_mode.egress.proxy import EgressLog, EgressProxy
+
+pytestmark = pytest.mark.anyio
+
+BODY = b"hello from upstream\n"
+
+
+@asynccontextmanager
+async def upstream_server(body: bytes = BODY) -> AsyncGenerator[int]:
+    """A minimal HTTP server on 127.0.0.1 that answers every request with ``body`` (or echoes a tunnel)."""
+
+    async def serve(stream: SocketStream) -> None:
+        async with stream:
+            data = b""
+            with anyio.move_on_after(5):
+                while b"\r\n\r\n" not in data:
+                    chunk = await stream.receive()
+                    data += chunk
+            if data.startswith(b"ECHO"):
+                await stream.send(data)
+                return
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            await stream.send(head + body)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield port
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def proxy_on_unix(proxy: EgressProxy, path: Path) -> AsyncGenerator[Path]:
+    listener = await anyio.create_unix_listener(path)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, proxy.handle)
+        yield path
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def proxy_on_tcp(proxy: EgressProxy) -> AsyncGenerator[int]:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, proxy.handle)
+        yield port
+        tg.cancel_scope.cancel()
+
+
+async def exchange(path: Path, request: bytes, then: bytes = b"") -> bytes:
+    stream: ByteStream = await anyio.connect_unix(path)
+    async with stream:
+        await stream.send(request)
+        if then:
+            await anyio.sleep(0.05)
+            await stream.send(then)
+        out = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    out += await stream.receive()
+                    if then and then in out:
+                        break
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+        return out
+
+
+def opened(port: int) -> EgressPolicy:
+    return EgressPolicy.from_settings(allow_private=f"127.0.0.1:{port}")
+
+
+async def test_a_plain_http_request_through_the_unix_socket_reaches_an_opened_address(tmp_path: Path) -> None:
+    async with upstream_server() as port:
+        log = EgressLog()
+        async with proxy_on_unix(EgressProxy(opened(port), log), tmp_path / "p.sock") as sock:
+            answer = await exchange(sock, f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(BODY)
+    summary = log.summary()
+    assert summary["hosts"] == [f"127.0.0.1:{port}"] and summary["refused"] == []
+    assert isinstance(summary["bytesIn"], int) and summary["bytesIn"] >= len(BODY)
+
+
+async def test_connect_opens_a_tunnel_that_carries_bytes_both_ways(tmp_path: Path) -> None:
+    async with upstream_server() as port:
+        async with proxy_on_unix(EgressProxy(opened(port)), tmp_path / "p.sock") as sock:
+            answer = await exchange(
+                sock, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode(), then=b"ECHO tunnel\r\n\r\n"
+            )
+    assert answer.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+    assert answer.endswith(b"ECHO tunnel\r\n\r\n")
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1", "localhost", "[::1]", "169.254.169.254", "10.0.0.1"])
+async def test_loopback_metadata_and_private_targets_are_refused_with_the_rule(tmp_path: Path, target: str) -> None:
+    log = EgressLog()
+    async with proxy_on_unix(EgressProxy(EgressPolicy(), log), tmp_path / "p.sock") as sock:
+        answer = await exchange(sock, f"CONNECT {target}:443 HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden")
+    assert b"refused" in answer and b"CODE_MODE_NETWORK_ALLOW_PRIVATE" in answer
+    assert log.summary()["hosts"] == [] and len(log.connections) == 1 and not log.connections[0].allowed
+
+
+async def test_an_opened_address_is_opened_for_its_port_only(tmp_path: Path) -> None:
+    async with upstream_server() as port:
+        policy = EgressPolicy.from_settings(allow_private=f"127.0.0.1:{port + 1}")
+        async with proxy_on_unix(EgressProxy(policy), tmp_path / "p.sock") as sock:
+            answer = await exchange(sock, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden")
+
+
+async def test_a_name_resolving_to_loopback_is_refused_like_the_address() -> None:
+    async def rebinding(host: str, port: int) -> list[object]:
+        import ipaddress
+
+        return [ipaddress.ip_address("93.184.216.34"), ipaddress.ip_address("127.0.0.1")]
+
+    proxy = EgressProxy(EgressPolicy(), resolver=rebinding)  # pyright: ignore[reportArgumentType]
+    async with proxy_on_tcp(proxy) as pport:
+        stream = await anyio.connect_tcp("127.0.0.1", pport)
+        async with stream:
+            await stream.send(b"CONNECT rebind.example:443 HTTP/1.1\r\n\r\n")
+            answer = await stream.receive()
+    assert answer.startswith(b"HTTP/1.1 403") and b"127.0.0.1 is loopback" in answer
+
+
+async def test_garbage_and_an_oversize_head_get_400(tmp_path: Path) -> None:
+    async with proxy_on_unix(EgressProxy(EgressPolicy()), tmp_path / "p.sock") as sock:
+        assert (await exchange(sock, b"HELLO\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await exchange(sock, b"GET /relative HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await exchange(sock, b"GET http://x/ HTTP/1.1\r\nX: " + b"a" * 40_000)).startswith(b"HTTP/1.1 400")
+
+
+async def test_the_byte_cap_ends_a_transfer(tmp_path: Path) -> None:
+    big = b"x" * 2_000_000
+    async with upstream_server(big) as port:
+        log = EgressLog(max_bytes=100_000)
+        async with proxy_on_unix(EgressProxy(opened(port), log), tmp_path / "p.sock") as sock:
+            answer = await exchange(sock, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert len(answer) < 1_000_000  # cut off after the cap, far short of the 2 MB body
+
+
+async def test_an_unmodified_client_library_works_through_it() -> None:
+    async with upstream_server() as port:
+        async with proxy_on_tcp(EgressProxy(opened(port))) as pport:
+            proxies = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{pport}"})
+            opener = urllib.request.build_opener(proxies)
+
+            def fetch(url: str) -> bytes:
+                with opener.open(url, timeout=10) as response:
+                    return response.read()
+
+            assert await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/page") == BODY
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port + 1}/")
+            caught.value.close()
+            assert caught.value.code == 403
