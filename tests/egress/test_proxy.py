@@ -174,3 +174,11 @@ async def test_an_unmodified_client_library_works_through_it() -> None:
                 await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port + 1}/")
             caught.value.close()
             assert caught.value.code == 403
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:99999", "[::1:443", "host:http", ":443", "[::1]x"])
+async def test_a_malformed_target_gets_400_and_opens_nothing(tmp_path: Path, target: str) -> None:
+    log = EgressLog()
+    async with proxy_on_unix(EgressProxy(EgressPolicy(), log), tmp_path / "p.sock") as sock:
+        answer = await exchange(sock, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 400") and log.connections == []

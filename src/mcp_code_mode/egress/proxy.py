@@ -83,17 +83,18 @@ class EgressLog:
 
 
 def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` from a client's request; ``ValueError`` for anything else."""
+    host, port_text = authority, ""
     if authority.startswith("["):
         end = authority.find("]")
-        host, rest = authority[1:end], authority[end + 1 :]
-        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else default_port
-        return host, port
-    if authority.count(":") == 1:
+        if end < 0 or (authority[end + 1 :] and not authority[end + 1 :].startswith(":")):
+            raise ValueError(f"bad address in {authority[:100]!r}")
+        host, port_text = authority[1:end], authority[end + 2 :]
+    elif authority.count(":") == 1:
         host, port_text = authority.split(":")
-        if not port_text.isdigit():
-            raise ValueError(f"bad port in {authority!r}")
-        return host, int(port_text)
-    return authority, default_port
+    if not host or (port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536)):
+        raise ValueError(f"bad host or port in {authority[:100]!r}")
+    return host, int(port_text) if port_text else default_port
 
 
 async def _answer(client: ByteStream, status: str, reason: str = "") -> None:
