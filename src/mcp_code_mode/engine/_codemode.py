@@ -159,11 +159,9 @@ class CodeMode:
 
     def _refresh(self) -> None:
         """Give every runner the new stubs when the downstream tools changed."""
-        if not self._stubs.stale() and self._stubs_for == self.pool.version:
+        if self._stubs_for == self.pool.version:
             return
-        index = self._stubs.index
-        del index
-        self._stubs_for = self.pool.version
+        self._stubs_for = self.pool.version  # the stub book rebuilds its index and bundles itself
         for runner in self.runners.values():
             runner.set_stubs(self._stubs.bundle(runner.stub_language))
 

@@ -99,6 +99,23 @@ def zygote_launcher(kind: str, sandbox: Sandbox, preload: Sequence[str] = ()) ->
     return launch
 
 
+def python_run_message(request: RunRequest, worker: Worker) -> dict[str, Any]:
+    """The ``run`` message of a Python worker (the zygote's child, or Pyodide's prelude). A worker that is not a
+    zygote gets the stubs' source with the run when it has not loaded this version (a zygote loads them in
+    ``prepare``)."""
+    message: dict[str, Any] = {
+        "op": "run",
+        "code": request.code,
+        "max_output": request.max_output,
+        "namespaces": list(request.stubs.namespaces),
+        "imports": list(request.authorized_imports),
+        "version": request.stubs.version,
+    }
+    if not worker.zygote and worker.stubs_version != request.stubs.version:
+        message["stubs"] = request.stubs.source
+    return message
+
+
 class WorkerPools:
     """The pools of one runner, one per profile, and the run loop on their workers.
 
@@ -299,6 +316,7 @@ __all__ = [
     "WorkerPool",
     "WorkerPools",
     "command_launcher",
+    "python_run_message",
     "python_worker_argv",
     "zygote_launcher",
 ]

@@ -15,7 +15,7 @@ from ..bridge import RunResult, ToolDispatcher
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import Worker, WorkerPool
-from ._pooled import WorkerPools, zygote_launcher
+from ._pooled import WorkerPools, python_run_message, zygote_launcher
 from .base import CheckRequest, Declared, RunnerInfo, RunRequest, StubBundle, distribution_version
 
 
@@ -32,18 +32,7 @@ class ZygoteDialect:
         return Profile(network=request.allow_network, environment=request.environment, preload=request.preload)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
-        message: dict[str, Any] = {
-            "op": "run",
-            "code": request.code,
-            "max_output": request.max_output,
-            "namespaces": list(request.stubs.namespaces),
-            "imports": list(request.authorized_imports),
-            "version": request.stubs.version,
-            "limits": self.sandbox.limits.for_run(request.timeout),
-        }
-        if not worker.zygote and worker.stubs_version != request.stubs.version:
-            message["stubs"] = request.stubs.source
-        return message
+        return {**python_run_message(request, worker), "limits": self.sandbox.limits.for_run(request.timeout)}
 
     def explain(self, result: RunResult, stderr_tail: str) -> None:
         return None

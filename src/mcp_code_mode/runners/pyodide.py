@@ -36,7 +36,7 @@ from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import WORKER_START_TIMEOUT, Worker, WorkerPool
-from ._pooled import WorkerPools, command_launcher
+from ._pooled import WorkerPools, command_launcher, python_run_message
 from .base import (
     PYTHON_AWAITABLE_RULE,
     CheckRequest,
@@ -278,17 +278,7 @@ class PyodideDialect:
         return self._profile
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
-        message: dict[str, Any] = {
-            "op": "run",
-            "code": request.code,
-            "max_output": request.max_output,
-            "namespaces": list(request.stubs.namespaces),
-            "imports": list(request.authorized_imports),
-            "version": request.stubs.version,
-        }
-        if worker.stubs_version != request.stubs.version:
-            message["stubs"] = request.stubs.source
-        return message
+        return python_run_message(request, worker)
 
     @property
     def memory_limit_mb(self) -> int | None:
