@@ -140,14 +140,11 @@ class DenoDialect:
     spawn_delay = 0.05
     """The replacement of a used worker starts after its run's answer has gone out."""
 
-    def __init__(self, check: npm.Checker) -> None:
-        self._check = check
-
     def profile_for(self, request: RunRequest) -> Profile:
         return Profile(network=request.allow_network)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
-        plan = npm.plan(request.code, request.packages, self._check)
+        """Without ``packages``: the runner adds them from the npm plan it made for the run."""
         return {
             "op": "run",
             "code": request.code,
@@ -156,7 +153,6 @@ class DenoDialect:
             "allow_network": request.allow_network,
             "functions": {ns: list(names) for ns, names in request.stubs.functions.items()},
             "unavailable": dict(request.stubs.unavailable),
-            "packages": [{"name": name, "specifier": spec} for name, spec in plan.preload],
         }
 
     @property
@@ -209,7 +205,7 @@ class DenoRunner(Declared):
         self.workers = WorkerPools(
             "deno",
             launcher,
-            DenoDialect(self._check),
+            DenoDialect(),
             sandbox=sandbox,
             pool_size=pool_size,
             default_profile=Profile(network=sandbox.settings.allow_network),
@@ -267,7 +263,8 @@ class DenoRunner(Declared):
             problem = await self.ensure_cached(plan.cache)
             if problem is not None:
                 return RunResult(success=False, error=ErrorDetail("PackageError", problem))
-        return await self.workers.run(request, dispatcher)
+        packages = [{"name": name, "specifier": spec} for name, spec in plan.preload]
+        return await self.workers.run(request, dispatcher, {"packages": packages})
 
     async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
         """Type errors of a script against the tool declarations (see ``_typecheck``).
