@@ -19,6 +19,7 @@ import types
 import weakref
 from typing import Any
 
+from cm_runtime import ToolError
 from cm_semantics import install as install_semantics
 
 INTERNALS = frozenset(
@@ -413,7 +414,7 @@ def harden_interpreter() -> None:
         try:
             method = _guarded(obj, node.func.attr, dunder_call=True)
         except AttributeError as exc:
-            if type(exc).__name__ == "ToolError":  # a stub namespace naming its tools: the script may catch it
+            if isinstance(exc, ToolError):  # a stub namespace naming its tools: the script may catch it
                 raise
             raise lpe.InterpreterError(f"Object {obj} has no attribute {node.func.attr}") from None
         slot = "." + node.func.attr
