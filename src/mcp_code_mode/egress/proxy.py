@@ -68,10 +68,13 @@ class EgressLog:
 
     max_bytes: int | None = None
     connections: list[Connection] = field(default_factory=list[Connection])
+    bytes_total: int = 0
+    """Bytes both ways over every connection so far (kept as they pass: the cap is checked per chunk)."""
 
-    @property
-    def bytes_total(self) -> int:
-        return sum(c.bytes_out + c.bytes_in for c in self.connections)
+    def count(self, record: Connection, out: int = 0, into: int = 0) -> None:
+        record.bytes_out += out
+        record.bytes_in += into
+        self.bytes_total += out + into
 
     def summary(self) -> dict[str, object]:
         return {
@@ -189,10 +192,10 @@ class EgressProxy:
         self, client: ByteStream, reader: BufferedByteReceiveStream, upstream: ByteStream, record: Connection
     ) -> None:
         def out(n: int) -> None:
-            record.bytes_out += n
+            self.log.count(record, out=n)
 
         def into(n: int) -> None:
-            record.bytes_in += n
+            self.log.count(record, into=n)
 
         async with upstream, anyio.create_task_group() as tg:
             tg.start_soon(self._pump, reader, upstream, out)
@@ -214,7 +217,7 @@ class EgressProxy:
         if opened is None:
             return
         upstream, record = opened
-        record.bytes_out += len(request)
+        self.log.count(record, out=len(request))
         await upstream.send(request)
         await self._splice(client, reader, upstream, record)
 
