@@ -93,6 +93,7 @@ async def test_deno_cannot_fill_the_disk_beyond_its_workspace(engine: CodeMode) 
 
 FORK_AND_FILL = """
 import os
+import time
 children = []
 for _ in range(4):
     pid = os.fork()
@@ -103,6 +104,7 @@ for _ in range(4):
                 block[i] = 1
         except MemoryError:
             os._exit(3)
+        time.sleep(3)  # hold it: the four must be alive together, not fill one after another under load
         os._exit(0)
     children.append(pid)
 statuses = [os.waitpid(pid, 0)[1] for pid in children]
