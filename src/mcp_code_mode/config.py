@@ -132,7 +132,23 @@ class Settings(BaseModel):
     cpython_pool_size: int = Field(default=1, ge=0)
     """Warm workers kept for the cpython runner."""
     allow_network: bool = True
-    """Server policy: whether any run may use the network (a run still asks with ``allowNetworking``)."""
+    """Server policy: whether any run may use the network (a run still asks with ``allowNetworking``). A run
+    with the network reaches it only through the egress proxy on the host (SECURITY.md, "Network")."""
+    network_allow: str = ""
+    """Hosts runs may connect to, comma- or space-separated: ``example.com``, ``*.example.com`` (subdomains),
+    either with ``:port``; an address or network. Empty: any public address."""
+    network_deny: str = ""
+    """Hosts runs may never connect to (same forms as ``network_allow``); the deny-list always wins."""
+    network_allow_private: str = ""
+    """Private, loopback or link-local addresses runs may reach after all, e.g. ``10.0.5.7:8080`` or
+    ``10.0.5.0/24`` (an internal API). Everything else of those ranges is refused whatever the lists say."""
+    network_max_mb: float = Field(default=100.0, gt=0)
+    """Bytes one run may move through the proxy, both ways together, in MiB; its connections end past it."""
+    network_max_connections: int = Field(default=256, ge=1)
+    """Connections one run may open through the proxy (refused ones count); the next is refused."""
+    allow_unsandboxed_network: bool = False
+    """Where there is no network namespace (no bubblewrap): give networked runs the host's own network
+    (unfiltered; the proxy settings only guide clients that honour them). Off: such runs are refused."""
     sandbox: Literal["auto", "process"] = "auto"
     """``auto``: bubblewrap namespaces where they work, else plain processes; ``process``: never namespaces."""
     require_isolation: bool = False
