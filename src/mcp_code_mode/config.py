@@ -26,12 +26,15 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .egress.policy import EgressPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +252,21 @@ class Settings(BaseModel):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("network_allow", "network_deny", "network_allow_private")
+    @classmethod
+    def _host_rules(cls, value: str, info: ValidationInfo) -> str:
+        from .egress.policy import EgressPolicy
+
+        # Every entry parses, and ALLOW_PRIVATE takes addresses only (a ValueError names the entry).
+        EgressPolicy.from_settings(**{(info.field_name or "").removeprefix("network_"): value})
+        return value
+
+    def egress_policy(self) -> EgressPolicy:
+        """The server's egress policy (``network_allow``, ``network_deny``, ``network_allow_private``)."""
+        from .egress.policy import EgressPolicy
+
+        return EgressPolicy.from_settings(self.network_allow, self.network_deny, self.network_allow_private)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, source: str = "environment") -> Settings:

@@ -34,11 +34,7 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         "maxCodeBytes": settings.max_code_bytes,
         "maxToolCallsPerRun": settings.max_tool_calls,
         "admission": engine.load(),
-        "network": {
-            "serverPolicy": "allowed" if settings.allow_network else "never",
-            "defaultForRuns": "allowed" if settings.allow_network else "off",
-            "offIsEnforced": enforced,
-        },
+        "network": network_facts(engine, enforced),
         "isolation": isolation,
         "requireIsolation": settings.require_isolation,
         "runners": {
@@ -55,6 +51,45 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         "defaultRunner": {lang: engine.defaults.get(lang, "") for lang in _languages()},
         "unavailableRunners": dict(engine.unavailable_runners),
         "servers": engine.servers(),
+    }
+
+
+def network_facts(engine: CodeMode, enforced: bool) -> dict[str, Any]:
+    """What a run may reach and how that is enforced on this host (``get_execution_limits``' ``network``)."""
+    settings = engine.settings
+    unsandboxed = not enforced and settings.allow_unsandboxed_network
+    if not settings.allow_network:
+        default, how = "off", "no run may use the network (CODE_MODE_ALLOW_NETWORK=false)"
+    elif enforced:
+        default = "allowed"
+        how = (
+            "each run has its own network namespace with loopback only; with the network, its one way out is "
+            "the egress proxy on the host (HTTP_PROXY/HTTPS_PROXY point at it), which resolves every name itself "
+            "and applies the policy below to each connection"
+        )
+    elif unsandboxed:
+        default = "allowed"
+        how = (
+            "UNSANDBOXED: no network namespace on this host, and CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true gives a run "
+            "with the network the host's own network; the proxy only guides clients that honour HTTP(S)_PROXY"
+        )
+    else:
+        default = "off"
+        how = (
+            "no network namespace on this host: runs with the network are refused (they would have the host's own "
+            "network); CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true allows them anyway"
+        )
+    return {
+        "serverPolicy": "allowed" if settings.allow_network else "never",
+        "defaultForRuns": default,
+        "offIsEnforced": enforced,
+        "enforcement": how,
+        "networkPolicy": engine.egress.describe(),
+        "perRun": {
+            "maxMB": settings.network_max_mb,
+            "maxConnections": settings.network_max_connections,
+            "hosts": "allowNetworking may name hosts (a list): the run reaches only those, within the policy",
+        },
     }
 
 

@@ -51,14 +51,15 @@ workspace directory, which is deleted after the run.
 
 Discover tools with search_tools(query) and get exact signatures with get_tool_stubs(names=[...]).
 Successful scripts are cached: an identical script answers at once (cached: true) when its run had no
-side effects (no tool calls, no files written, no network access; cache="reuse" replays any stored
+side effects (no tool calls, no files written, no connection; cache="reuse" replays any stored
 run, cache="refresh" runs again); search_cached_scripts finds proven ones.
 
 Python: call tools as `server.tool(arg=value)`. JavaScript and TypeScript run as an ES module (top-level
 await works): call tools as `await server.tool({ arg: value })`; a failing tool throws ToolError;
 `export default value` returns value; allowed npm packages (`require('axios')`) work; type errors do not
-stop a run. Every script is sandboxed: it sees only its workspace, and the network only when
-allowNetworking is true. get_execution_limits tells what is in force."""
+stop a run. Every script is sandboxed: it sees only its workspace, and the network only through the
+server's egress proxy (HTTP(S)_PROXY is set; private and loopback addresses are refused), when
+allowNetworking allows it. get_execution_limits tells what is in force."""
 
 
 def result_text(result: RunResult) -> str:
@@ -331,7 +332,13 @@ def build_server(
             int | None,
             Field(description="Timeout in milliseconds (default and maximum: see get_execution_limits)."),
         ] = None,
-        allowNetworking: Annotated[bool, Field(description="Allow network access from the script.")] = True,
+        allowNetworking: Annotated[
+            bool | list[str] | None,
+            Field(
+                description="true: the network, through the server's egress proxy and its policy; a list of hosts "
+                '(["api.github.com", "*.example.com:443"]): only those; false: none. Default: the server\'s policy.'
+            ),
+        ] = None,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
         runner: Annotated[
             str | None,

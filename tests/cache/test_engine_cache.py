@@ -47,22 +47,32 @@ async def test_auto_replays_a_side_effect_free_run_from_the_cache(cm: CodeMode) 
     assert stored is not None and stored.hit_count == 1 and stored.run_count == 1
 
 
-async def test_auto_runs_again_when_the_run_was_granted_the_network(cm: CodeMode) -> None:
-    code = PURE + "  # networking on"
-    await cm.execute(code, allow_networking=True, runner="cpython")
+async def test_auto_runs_again_a_run_that_used_the_network_even_when_refused(cm: CodeMode) -> None:
+    code = (
+        "import urllib.request\ntry:\n    urllib.request.urlopen('http://127.0.0.1:9/', timeout=5)\n"
+        "except Exception as e:\n    print(type(e).__name__)\n" + PURE + "  # networking used"
+    )
+    first = await cm.execute(code, allow_networking=True, runner="cpython")
+    assert first.success and first.network is not None and len(first.network.refused) == 1
     again = await cm.execute(code, allow_networking=True, runner="cpython")
-    assert not again.cached
+    assert not again.cached and again.network is not None and again.network.refused
+    stored = cm.scripts.get(first.hash)
+    assert stored is not None and stored.network and not stored.side_effect_free
+    assert stored.network_use is not None and stored.network_use["refused"][0].startswith("127.0.0.1:9: ")
     offline = await cm.execute(code, allow_networking=False, runner="cpython")
     assert offline.success and not offline.cached and offline.hash != again.hash  # another policy, another key
 
 
-async def test_a_local_run_granted_the_network_is_not_replayed_whatever_its_interpreter_allows(cm: CodeMode) -> None:
-    code = PURE + "  # local, networking allowed"
-    first = await cm.execute(code, allow_networking=True)
-    again = await cm.execute(code, allow_networking=True)
-    assert first.success and not first.cached and not again.cached
-    stored = cm.scripts.get(first.hash)
-    assert stored is not None and stored.network and not stored.side_effect_free
+async def test_a_run_granted_the_network_that_connected_nowhere_is_replayed(cm: CodeMode) -> None:
+    """The proxy is the only way out of the sandbox, so "no connection" is what the host saw, not a guess."""
+    for runner in ("local", "cpython"):
+        code = PURE + f"  # {runner}, networking allowed, unused"
+        first = await cm.execute(code, allow_networking=True, runner=runner)
+        again = await cm.execute(code, allow_networking=True, runner=runner)
+        assert first.success and not first.cached and again.cached, runner
+        assert first.network is not None and not first.network.used
+        stored = cm.scripts.get(first.hash)
+        assert stored is not None and not stored.network and stored.side_effect_free
 
 
 async def test_networking_allowed_and_not_allowed_never_replay_each_other(cm: CodeMode) -> None:

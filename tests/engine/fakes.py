@@ -57,3 +57,6 @@ def info(name: str, *languages: str, packages: str = "environment", keeps_off_ne
 class FakeSandbox:
     isolation: str = "namespaces"
     reason: str = ""
+
+    def network_enforced(self) -> bool:
+        return self.isolation == "namespaces"

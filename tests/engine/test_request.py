@@ -85,6 +85,41 @@ def test_without_namespaces_only_a_runner_that_keeps_off_the_network_runs_withou
         plan(Settings(require_isolation=True), sandbox=process)
 
 
+def test_without_a_network_namespace_a_run_with_the_network_is_refused_unless_allowed_unsandboxed() -> None:
+    process = FakeSandbox("process", "no bwrap")
+    with pytest.raises(UnsupportedError, match="CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true") as refused:
+        plan(sandbox=process, allow_networking=True)
+    assert "host's own network" in str(refused.value)
+    with pytest.raises(UnsupportedError, match="CODE_MODE_ALLOW_UNSANDBOXED_NETWORK"):
+        plan(sandbox=process, allow_networking=["api.example.com"])
+    # Not asked: the default is no network where it cannot be given safely (no silent host network).
+    default = plan(sandbox=process, allow_networking=None)
+    assert default.network is False and default.grant is None
+    allowed = plan(Settings(allow_unsandboxed_network=True), sandbox=process, allow_networking=None)
+    assert allowed.network is True and allowed.grant is not None
+    with pytest.raises(UnsupportedError, match="networking cannot be switched off for the full runner"):
+        plan(sandbox=process, runner="full", allow_networking=None)
+
+
+def test_a_list_of_hosts_narrows_the_servers_policy_and_a_bad_host_is_refused() -> None:
+    planned = plan(Settings(network_allow="*.example.com"), allow_networking=["api.example.com:443"])
+    assert planned.network is True and planned.grant is not None
+    policy = planned.grant.policy
+    policy.check_name("api.example.com", 443)
+    from mcp_code_mode.egress import AddressRefused
+
+    with pytest.raises(AddressRefused, match="allowNetworking names"):
+        policy.check_name("www.example.com", 443)
+    with pytest.raises(AddressRefused, match="CODE_MODE_NETWORK_ALLOW"):
+        policy.check_name("api.other.org", 443)
+    assert plan(allow_networking=[]).network is False
+    assert plan(Settings(allow_network=False), allow_networking=["api.example.com"]).network is False
+    with pytest.raises(UnsupportedError, match="allowNetworking: 'not a host!'"):
+        plan(allow_networking=["not a host!"])
+    grant = plan(Settings(network_max_mb=2, network_max_connections=7), allow_networking=True).grant
+    assert grant is not None and (grant.max_bytes, grant.max_connections) == (2 << 20, 7)
+
+
 def test_packages_are_validated_and_a_runner_that_takes_none_refuses_them() -> None:
     planned = plan(runner="full", packages=["six"])
     assert planned.requirements == ("six",)

@@ -14,7 +14,7 @@ from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
 from .host import HostRun, RunChannel, serve_run
 from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
-from .outcome import ErrorDetail, FileEntry, RunResult
+from .outcome import ErrorDetail, FileEntry, NetworkUse, RunResult
 
 __all__ = [
     "MAX_DEPTH",
@@ -25,6 +25,7 @@ __all__ = [
     "FileEntry",
     "HostRun",
     "LineChannel",
+    "NetworkUse",
     "Output",
     "RunChannel",
     "RunResult",

@@ -41,6 +41,30 @@ class FileEntry(BaseModel):
         super().__init__(path=path, size=size, **extra)
 
 
+class NetworkUse(BaseModel):
+    """What a run did through the egress proxy (the host counted it; the sandbox has no other way out)."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    hosts: list[str] = Field(default_factory=list[str])
+    """``host:port`` of every connection the proxy allowed."""
+    bytes_out: int = Field(
+        default=0, validation_alias=AliasChoices("bytesOut", "bytes_out"), serialization_alias="bytesOut"
+    )
+    bytes_in: int = Field(
+        default=0, validation_alias=AliasChoices("bytesIn", "bytes_in"), serialization_alias="bytesIn"
+    )
+    refused: list[str] = Field(default_factory=list[str])
+    """Each refused connection: ``host:port: the rule that refused it``."""
+    limit: str | None = None
+    """The per-run cap that ended the run's network use (bytes or connections), if one did."""
+
+    @property
+    def used(self) -> bool:
+        """Whether the run tried to reach anything (allowed or refused)."""
+        return bool(self.hosts or self.refused or self.bytes_out or self.bytes_in)
+
+
 class RunResult(BaseModel):
     """The outcome of one ``execute_code`` call (also its MCP output schema)."""
 
@@ -73,6 +97,8 @@ class RunResult(BaseModel):
     truncated: bool = False
     files: list[FileEntry] = Field(default_factory=list[FileEntry])
     """Files the script left in its workspace (the workspace is deleted after the run)."""
+    network: NetworkUse | None = None
+    """The run's traffic through the egress proxy; None when the run had no network."""
 
 
 def failed(type_: str, message: str, line: int | None = None) -> RunResult:

@@ -8,7 +8,8 @@ A request's key (``code_key``) is the sha256 of a JSON list, so no field can run
 - the canonical language, the runner's name and its identity (``runner_identity``: this package's
   version, the host Python, the versions the runner reports, and a digest of the runner's worker
   sources), so that an upgrade or an edited worker never answers with an old run's output;
-- the network policy in force for the run (``allowNetworking`` after the server-wide setting);
+- the network policy in force for the run (``allowNetworking`` after the server-wide setting, and with the
+  network the egress policy: the server's allow, deny and private lists and the hosts the run named);
 - the validated packages, sorted;
 - a digest of the tool stubs the script would see (``stubs_digest``): a script that tests for a tool
   (``hasattr``, ``except NameError``) without calling one behaves differently once the tool exists.
@@ -31,8 +32,9 @@ from typing import Any
 
 from .describe import ToolUse
 
-KEY_VERSION = 2
-"""1: normalised code (dedented, trailing spaces stripped), no network policy, no runner identity."""
+KEY_VERSION = 3
+"""1: normalised code (dedented, trailing spaces stripped), no network policy, no runner identity;
+2: network on or off, without the egress policy."""
 
 _NEWLINES_KEPT_AFTER = ("\\", "\r")
 _SOURCE_SUFFIXES = (".py", ".js", ".ts", ".mjs")
@@ -65,6 +67,8 @@ class KeyContext:
     packages: tuple[str, ...]
     stubs: str
     """``stubs_digest`` of the stub module the runner defines for the script."""
+    egress: list[Any] | None = None
+    """What a run with the network could reach (``EgressPolicy.fingerprint``: the server's lists, the run's)."""
 
 
 def _sha(parts: list[Any]) -> str:
@@ -79,7 +83,7 @@ def code_key(code: str, context: KeyContext) -> str:
             context.language,
             context.runner,
             context.runner_identity,
-            "network" if context.network else "offline",
+            ["network", context.egress] if context.network else "offline",
             sorted(set(context.packages)),
             context.stubs,
             keyed_code(code),

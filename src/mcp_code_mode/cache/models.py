@@ -32,9 +32,12 @@ class NewScript:
     tools: list[ToolUse]
     tool_calls: int
     network: bool
-    """The run was granted the network (the policy in force, whatever the runner)."""
+    """The run used the network: a connection through the egress proxy, allowed or refused (or it was granted
+    the network where the proxy is not its only way out)."""
     execution_ms: float
     key_version: int = KEY_VERSION
+    network_use: dict[str, Any] | None = None
+    """The run's figures from the proxy (``bridge.NetworkUse``), when it had the network."""
 
 
 @dataclass
@@ -65,10 +68,12 @@ class StoredScript:
     last_used_at: float
     key_version: int = KEY_VERSION
     """The ``keys.KEY_VERSION`` it was keyed with; lookups only match the current one."""
+    network_use: dict[str, Any] | None = None
+    """What the run did through the egress proxy (hosts, bytes, refusals), when it had the network."""
 
     @property
     def side_effect_free(self) -> bool:
-        """What the host saw: no tool call, no file left, no network granted (never the runner's name)."""
+        """What the host saw: no tool call, no file left, no network used (never the runner's name)."""
         return self.tool_calls == 0 and not self.files and not self.network
 
     def summary(self) -> dict[str, Any]:
@@ -98,6 +103,7 @@ class StoredScript:
             "toolsUsed": [{"server": t.server, "tool": t.tool, "schemaHash": t.schema_hash} for t in self.tools],
             "toolCalls": self.tool_calls,
             "network": self.network,
+            "networkUse": self.network_use,
             "sideEffectFree": self.side_effect_free,
             "keyVersion": self.key_version,
             "executionTime": round(self.execution_ms),
@@ -136,6 +142,7 @@ def row_to_script(row: sqlite3.Row) -> StoredScript:
         last_run_at=row["last_run_at"],
         last_used_at=row["last_used_at"],
         key_version=row["key_version"],
+        network_use=json.loads(row["network_use"]) if row["network_use"] else None,
     )
 
 

@@ -74,6 +74,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE scripts ADD COLUMN key_version INTEGER NOT NULL DEFAULT 1;
     """,
+    # 3: what a run did through the egress proxy (``bridge.NetworkUse`` as JSON; NULL without the network).
+    # ``network`` now means the run used the network, not that it was granted it.
+    """
+    ALTER TABLE scripts ADD COLUMN network_use TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -196,6 +196,7 @@ class ScriptStore:
             "files": json.dumps(script.files),
             "tool_calls": script.tool_calls,
             "network": int(script.network),
+            "network_use": json.dumps(script.network_use) if script.network_use is not None else None,
             "execution_ms": script.execution_ms,
         }
         row = conn.execute("SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)).fetchone()

@@ -1,16 +1,30 @@
-"""Egress: what a run may reach over the network, decided on the host (issue 19, in progress).
+"""Egress: what a run may reach over the network, decided on the host.
 
 - ``policy``: the rules (allow and deny lists of hosts, ``*.`` wildcards and ports; private addresses an
   operator opens explicitly) and the address classes that are refused whatever the lists say;
 - ``proxy``: the HTTP ``CONNECT`` and absolute-form proxy that applies them, resolving names itself and
-  connecting only to the address it approved, with per-run accounting and a byte cap.
+  connecting only to the address it approved, with per-run accounting, a byte cap and a connection cap;
+- ``gate``: one run's Unix socket, bound into the worker's sandbox (whose network namespace is empty) and
+  served only while that run runs.
 
-Not wired into the sandboxes yet: runs still get the host's network namespace when networking is allowed
-(see SECURITY.md). Binding the proxy's Unix socket into an empty network namespace is the next step.
+Inside the sandbox, ``runners/sandboxed/cm_egress.py`` forwards a loopback port to the socket and the
+run's environment names it in ``HTTP_PROXY``/``HTTPS_PROXY``.
 """
 
 from __future__ import annotations
 
+from .gate import SANDBOX_EGRESS, SOCKET_NAME, NetworkGrant, make_gate_directory, serve_gate
 from .policy import AddressRefused, EgressPolicy, HostRule, classify, parse_rules
 
-__all__ = ["AddressRefused", "EgressPolicy", "HostRule", "classify", "parse_rules"]
+__all__ = [
+    "SANDBOX_EGRESS",
+    "SOCKET_NAME",
+    "AddressRefused",
+    "EgressPolicy",
+    "HostRule",
+    "NetworkGrant",
+    "classify",
+    "make_gate_directory",
+    "parse_rules",
+    "serve_gate",
+]

@@ -198,6 +198,25 @@ class EgressPolicy:
         """This policy for a run that names the hosts it needs (each still has to pass the server's lists)."""
         return EgressPolicy(self.allow, self.deny, self.allow_private, parse_rules(hosts))
 
+    def fingerprint(self) -> list[object]:
+        """The rules as data, for a cache key (a run's result depends on what it could reach)."""
+        run = None if self.run_allow is None else sorted(r.text for r in self.run_allow)
+        lists: list[object] = [sorted(r.text for r in rules) for rules in (self.allow, self.deny, self.allow_private)]
+        return [*lists, run]
+
+    def describe(self) -> dict[str, object]:
+        """The policy as ``get_execution_limits`` shows it."""
+        return {
+            "allow": [r.text for r in self.allow] or "any public address",
+            "deny": [r.text for r in self.deny],
+            "allowPrivate": [r.text for r in self.allow_private],
+            "alwaysRefused": (
+                "loopback, private networks (RFC 1918), link-local (cloud metadata), CGNAT, multicast, reserved "
+                "and documentation ranges, IPv6 unique-local and link-local, the IPv4-mapped and NAT64 forms of "
+                "all of them, and names that resolve to any of them; unless opened in allowPrivate"
+            ),
+        }
+
     def check_name(self, host: str, port: int) -> None:
         """Before resolving: the lists that speak of names (``AddressRefused`` when one refuses)."""
         literal = _literal(host)

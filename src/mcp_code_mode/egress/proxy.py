@@ -16,8 +16,10 @@ and a byte cap per log ends tunnels that pass it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -32,6 +34,12 @@ MAX_HEAD_BYTES = 32 * 1024
 CONNECT_TIMEOUT = 10.0
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+
+@functools.cache
+def _client_tls() -> ssl.SSLContext:
+    """The host's trust store, for ``https://`` URLs a client sends in absolute form."""
+    return ssl.create_default_context()
 
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
@@ -64,25 +72,41 @@ class Connection:
 
 @dataclass
 class EgressLog:
-    """What one run did through the proxy."""
+    """What one run did through the proxy, and its caps."""
 
     max_bytes: int | None = None
+    max_connections: int | None = None
     connections: list[Connection] = field(default_factory=list[Connection])
     bytes_total: int = 0
     """Bytes both ways over every connection so far (kept as they pass: the cap is checked per chunk)."""
+    limit: str | None = None
+    """The cap that was reached, once one is."""
 
     def count(self, record: Connection, out: int = 0, into: int = 0) -> None:
         record.bytes_out += out
         record.bytes_in += into
         self.bytes_total += out + into
+        if self.max_bytes is not None and self.bytes_total > self.max_bytes and self.limit is None:
+            self.limit = f"the run passed its network cap of {_megabytes(self.max_bytes)} (CODE_MODE_NETWORK_MAX_MB)"
 
     def summary(self) -> dict[str, object]:
+        """The figures a run's result shows (``bridge.NetworkUse``)."""
         return {
             "hosts": sorted({f"{c.host}:{c.port}" for c in self.connections if c.allowed}),
             "bytesOut": sum(c.bytes_out for c in self.connections),
             "bytesIn": sum(c.bytes_in for c in self.connections),
-            "refused": [f"{c.host}:{c.port}: {c.reason}" for c in self.connections if not c.allowed],
+            "refused": [f"{c.host}:{c.port}: {c.reason}" for c in self.connections if not c.allowed][:100],
+            "limit": self.limit,
         }
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / (1 << 20):g} MB"
+
+
+def _printable(text: str) -> str:
+    """Client-given text made safe for a status line (no control characters, bounded)."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[:300]
 
 
 def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
@@ -101,8 +125,15 @@ def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
 
 
 async def _answer(client: ByteStream, status: str, reason: str = "") -> None:
+    """An error answer. A refusal carries its reason in the status line too (``403 connection to …
+    refused: …``): most clients show only that line when a ``CONNECT`` fails."""
     body = (reason + "\n").encode() if reason else b""
-    head = f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    if reason and status.startswith(("403", "502")):
+        status = f"{status[:3]} {_printable(reason)}"
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+        "X-Code-Mode-Egress: refused\r\nConnection: close\r\n\r\n"
+    )
     with anyio.move_on_after(5):
         await client.send(head.encode() + body)
 
@@ -134,22 +165,38 @@ class EgressProxy:
                     host, port = _split_host_port(target, 443)
                     await self._tunnel(client, reader, host, port)
                     return
-                if not target.lower().startswith("http://"):
-                    await _answer(client, "400 Bad Request", "a proxy request needs CONNECT or an http:// URL")
+                scheme, _, rest = target.partition("://")
+                if scheme.lower() not in ("http", "https") or not rest:
+                    await _answer(client, "400 Bad Request", "a proxy request needs CONNECT or an http(s):// URL")
                     return
-                rest = target[7:]
                 authority, _, path = rest.partition("/")
-                host, port = _split_host_port(authority, 80)
+                host, port = _split_host_port(authority, 443 if scheme.lower() == "https" else 80)
             except ValueError as exc:
                 await _answer(client, "400 Bad Request", str(exc))
                 return
             headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
             request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
-            await self._forward(client, reader, host, port, request.encode("latin-1"))
+            tls = scheme.lower() == "https"
+            await self._forward(client, reader, host, port, request.encode("latin-1"), tls=tls)
 
-    async def _open(self, client: ByteStream, host: str, port: int) -> tuple[ByteStream, Connection] | None:
+    async def _open(
+        self, client: ByteStream, host: str, port: int, *, tls: bool = False
+    ) -> tuple[ByteStream, Connection] | None:
         record = Connection(host, port, allowed=False)
-        self.log.connections.append(record)
+        log = self.log
+        log.connections.append(record)
+        if log.max_connections is not None and len(log.connections) > log.max_connections:
+            log.limit = log.limit or (
+                f"the run opened {log.max_connections} connections, the most a run may "
+                "(CODE_MODE_NETWORK_MAX_CONNECTIONS)"
+            )
+            record.reason = log.limit
+            await _answer(client, "403 Forbidden", f"connection to {host}:{port} refused: {log.limit}")
+            return None
+        if not self._within_cap():
+            record.reason = log.limit or "the run's network cap is reached"
+            await _answer(client, "403 Forbidden", f"connection to {host}:{port} refused: {record.reason}")
+            return None
         try:
             self.policy.check_name(host, port)
             address = self.policy.check_addresses(host, port, await self._resolve(host, port))
@@ -159,8 +206,13 @@ class EgressProxy:
             return None
         try:
             with anyio.fail_after(CONNECT_TIMEOUT):
-                upstream = await anyio.connect_tcp(str(address), port)
-        except (OSError, TimeoutError) as exc:
+                if tls:  # an https:// URL in absolute form (axios does this): TLS to the origin is ours to do
+                    upstream = await anyio.connect_tcp(
+                        str(address), port, ssl_context=_client_tls(), tls_hostname=host, tls_standard_compatible=False
+                    )
+                else:
+                    upstream = await anyio.connect_tcp(str(address), port)
+        except (OSError, TimeoutError, ssl.SSLError, anyio.BrokenResourceError) as exc:
             record.reason = f"could not connect: {exc}"
             await _answer(client, "502 Bad Gateway", f"connection to {host}:{port} failed: {exc}")
             return None
@@ -211,9 +263,9 @@ class EgressProxy:
         await self._splice(client, reader, upstream, record)
 
     async def _forward(
-        self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int, request: bytes
+        self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int, request: bytes, *, tls: bool
     ) -> None:
-        opened = await self._open(client, host, port)
+        opened = await self._open(client, host, port, tls=tls)
         if opened is None:
             return
         upstream, record = opened

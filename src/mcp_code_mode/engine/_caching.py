@@ -3,7 +3,7 @@ is stored after it.
 
 The key holds what the run depends on: the policy in force, the runner's identity, the stubs the script
 will see, besides code and packages. "Replayable" is decided from what the host saw (tool calls that reached
-a server, files left, network granted), never from what a runner is assumed unable to do.
+a server, files left, connections through the egress proxy), never from what a runner is assumed unable to do.
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ class Keyed:
 
 
 class CacheStage:
-    def __init__(self, scripts: ScriptCache) -> None:
+    def __init__(self, scripts: ScriptCache, *, network_observed: bool = True) -> None:
         self.scripts = scripts
+        self.network_observed = network_observed
+        """Whether a run's only way out is the egress proxy, which counts it (a network namespace); else a run
+        with the network counts as having used it."""
 
     def key(self, plan: RunPlan, bundle: StubBundle) -> Keyed:
         context = KeyContext(
@@ -48,6 +51,7 @@ class CacheStage:
             network=plan.network,
             packages=plan.requirements,
             stubs=stubs_digest(bundle.source),
+            egress=plan.grant.policy.fingerprint() if plan.grant is not None else None,
         )
         return Keyed(plan, code_key(plan.code, context))
 
@@ -83,12 +87,22 @@ class CacheStage:
                 files=[{"path": f.path, "size": f.size} for f in result.files],
                 tools=tools,
                 tool_calls=result.tool_calls,
-                network=plan.network,
+                network=self.used_network(plan, result),
+                network_use=result.network.model_dump() if result.network is not None else None,
                 execution_ms=result.execution_time,
             )
         if self.scripts.writes(plan.mode):
             await anyio.to_thread.run_sync(self.scripts.after_run, plan.mode, new)
         return run_hash
+
+    def used_network(self, plan: RunPlan, result: RunResult) -> bool:
+        """Whether the run reached for the network: any connection through the proxy, allowed or refused (or
+        just being granted it, where the proxy is not the only way out)."""
+        if not plan.network:
+            return False
+        if not self.network_observed or result.network is None:
+            return True
+        return result.network.used
 
 
 def replayed(script: StoredScript, started: float) -> RunResult:

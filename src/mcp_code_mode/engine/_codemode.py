@@ -36,7 +36,7 @@ from ..validate import oversize
 from ._caching import CacheStage
 from ._environment import prepare
 from ._progress import ProgressCallback, RunProgress, reporting
-from ._request import plan_run, resolve, validate_packages
+from ._request import NetworkRequest, plan_run, resolve, validate_packages
 from ._stubs import StubBook
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ class CodeMode:
         settings = config.settings
         self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
         self.sandbox = detect_sandbox(settings)
+        self.egress = settings.egress_policy()
+        """The server's egress policy; a run's ``allowNetworking`` list narrows it."""
         self.admission = Admission.create(
             run_memory_mb=settings.limit_memory_mb,
             max_running=settings.max_concurrent_runs,
@@ -80,7 +82,7 @@ class CodeMode:
         self.scripts = ScriptCache(
             settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
-        self._cache = CacheStage(self.scripts)
+        self._cache = CacheStage(self.scripts, network_observed=self.sandbox.network_enforced())
         self.tool_search = ToolSearch(self.embedder)
 
     @classmethod
@@ -194,7 +196,7 @@ class CodeMode:
         *,
         packages: list[str] | None = None,
         timeout_ms: int | None = None,
-        allow_networking: bool = True,
+        allow_networking: NetworkRequest = None,
         description: str | None = None,
         runner: str | None = None,
         on_output: OutputCallback | None = None,
@@ -205,6 +207,8 @@ class CodeMode:
         """Run ``code`` with every configured server's tools in scope.
 
         ``cache`` is ``auto``, ``reuse``, ``refresh`` or ``off`` (see ``mcp_code_mode.cache``).
+        ``allow_networking``: True, False, a list of hosts the run may reach (within the server's
+        ``CODE_MODE_NETWORK_*`` policy), or None for the server's default.
         Raises ``CodeModeError`` subclasses for requests that cannot run at all (unknown language or
         runner, packages, a timeout out of range); a script that fails is a ``RunResult`` with
         ``success=False``. ``timeout_ms`` None means ``CODE_MODE_DEFAULT_TIMEOUT_MS``.
@@ -233,6 +237,7 @@ class CodeMode:
             sandbox=self.sandbox,
             whitelist=self.whitelist,
             unavailable=self.unavailable_runners,
+            egress=self.egress,
         )
         chosen = plan.runner
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
@@ -262,6 +267,7 @@ class CodeMode:
             max_output=settings.max_output_chars,
             stubs=bundle,
             allow_network=plan.network,
+            network=plan.grant,
             authorized_imports=authorized or (),
             environment=str(prepared.environment.path) if prepared.environment else None,
             preload=plan.package_imports if prepared.environment else (),

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from ..bridge import ErrorDetail, RunResult, ToolDispatcher, serve_run
+from ..bridge import ErrorDetail, NetworkUse, RunResult, ToolDispatcher, serve_run
+from ..egress import NetworkGrant, serve_gate
 from ..errors import RunnerError
 from ..sandbox import Profile, Sandbox, SandboxSpec
 from ._pool import Launcher, Worker, WorkerPool
@@ -50,6 +51,10 @@ class Dialect(Protocol):
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         """The ``run`` message for this request."""
+        ...
+
+    def grant_for(self, request: RunRequest) -> NetworkGrant | None:
+        """What the run's worker may reach through its egress gate while the run lasts (None: nothing)."""
         ...
 
     def explain(self, result: RunResult, stderr_tail: str) -> None:
@@ -250,16 +255,25 @@ class WorkerPools:
                 if not await worker.prepare(request.stubs):
                     raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
             channel = worker.run_channel()
-            await worker.send({**self.dialect.run_message(request, worker), **extra})
-            worker.stubs_version = request.stubs.version
-            hosted = await serve_run(
-                channel,
-                dispatcher,
-                timeout=request.timeout,
-                max_output=request.max_output,
-                on_output=request.on_output,
-            )
+            grant = self.dialect.grant_for(request) if worker.spec.egress is not None else None
+            log = grant.log() if grant is not None else None
+            async with contextlib.AsyncExitStack() as gate:
+                if grant is not None and log is not None and worker.spec.egress is not None:
+                    # The gate opens before the run's message goes out and closes, with every connection it
+                    # carried, when the run's channel is done: the next run of this worker starts with none.
+                    await gate.enter_async_context(serve_gate(worker.spec.egress, grant, log))
+                await worker.send({**self.dialect.run_message(request, worker), **extra})
+                worker.stubs_version = request.stubs.version
+                hosted = await serve_run(
+                    channel,
+                    dispatcher,
+                    timeout=request.timeout,
+                    max_output=request.max_output,
+                    on_output=request.on_output,
+                )
             result = hosted.outcome
+            if log is not None:
+                result.network = NetworkUse.model_validate(log.summary())
             if hosted.ended == "done":
                 done = True
                 clean = worker.zygote

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 
 from ..bridge import RunResult, ToolDispatcher
+from ..egress import NetworkGrant
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import Worker, WorkerPool
@@ -33,6 +34,9 @@ class ZygoteDialect:
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         return {**python_run_message(request, worker), "limits": self.sandbox.limits.for_run(request.timeout)}
+
+    def grant_for(self, request: RunRequest) -> NetworkGrant | None:
+        return request.network
 
     def explain(self, result: RunResult, stderr_tail: str) -> None:
         return None

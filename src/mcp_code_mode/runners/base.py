@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..bridge import ErrorDetail, FileEntry, RunResult, ToolDispatcher
+from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -53,6 +54,8 @@ class RunRequest:
     """Characters of printed output kept."""
     stubs: StubBundle
     allow_network: bool = False
+    network: NetworkGrant | None = None
+    """What the run may reach through the egress proxy (set whenever ``allow_network`` is)."""
     authorized_imports: tuple[str, ...] = ()
     environment: str | None = None
     """A package environment (host directory) the sandbox mounts for this run."""

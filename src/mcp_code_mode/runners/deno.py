@@ -30,6 +30,7 @@ import anyio
 
 from ..bridge import ErrorDetail, RunResult, ToolDispatcher
 from ..config import Settings
+from ..egress import NetworkGrant
 from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
@@ -141,7 +142,10 @@ class DenoDialect:
     """The replacement of a used worker starts after its run's answer has gone out."""
 
     def profile_for(self, request: RunRequest) -> Profile:
-        return Profile(network=request.allow_network)
+        return Profile(network=request.network is not None)
+
+    def grant_for(self, request: RunRequest) -> NetworkGrant | None:
+        return request.network
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         """Without ``packages``: the runner adds them from the npm plan it made for the run."""
@@ -150,7 +154,7 @@ class DenoDialect:
             "code": request.code,
             "language": request.language,
             "max_output": request.max_output,
-            "allow_network": request.allow_network,
+            "allow_network": request.network is not None,
             "functions": {ns: list(names) for ns, names in request.stubs.functions.items()},
             "unavailable": dict(request.stubs.unavailable),
         }

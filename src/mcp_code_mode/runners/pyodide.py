@@ -31,6 +31,7 @@ import anyio
 
 from ..bridge import ErrorDetail, RunResult, ToolDispatcher
 from ..config import Settings
+from ..egress import EgressPolicy, NetworkGrant, parse_rules
 from ..errors import RunnerError
 from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
@@ -130,6 +131,18 @@ class PyodideSetup:
     def remote_index(self) -> bool:
         """Whether Pyodide's own packages come from an http(s) index (the worker's sandbox then needs the network)."""
         return bool(self.index_url) and urlparse(self.index_url or "").scheme in ("http", "https")
+
+    def index_grant(self, settings: Settings) -> NetworkGrant | None:
+        """The egress a worker needs for a remote index: that host and port only (a private address still
+        needs ``CODE_MODE_NETWORK_ALLOW_PRIVATE``); None for a folder index."""
+        if not self.remote_index():
+            return None
+        url = urlparse(self.index_url or "")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        host = f"[{url.hostname}]" if ":" in (url.hostname or "") else url.hostname
+        base = EgressPolicy.from_settings(allow_private=settings.network_allow_private)
+        policy = EgressPolicy(allow=parse_rules([f"{host}:{port}"]), allow_private=base.allow_private)
+        return NetworkGrant(policy, int(settings.network_max_mb * (1 << 20)), settings.network_max_connections)
 
     def index_folder(self) -> str | None:
         """The configured package index when it is a folder (read permission), else None (a URL)."""
@@ -270,12 +283,18 @@ class PyodideDialect:
     spawn_delay = 0.05
     """The replacement of a used interpreter starts after its run's answer has gone out."""
 
-    def __init__(self, profile: Profile, max_memory_mb: int) -> None:
+    def __init__(self, profile: Profile, max_memory_mb: int, index_grant: NetworkGrant | None = None) -> None:
         self._profile = profile
         self._max_memory_mb = max_memory_mb
+        self._index_grant = index_grant
 
     def profile_for(self, request: RunRequest) -> Profile:
         return self._profile
+
+    def grant_for(self, request: RunRequest) -> NetworkGrant | None:
+        """The script has no network of its own (the JavaScript realm is sealed): the gate is open only to
+        Pyodide's remote package index, which the worker loads from before the script runs."""
+        return self._index_grant
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
         return python_run_message(request, worker)
@@ -330,7 +349,7 @@ class PyodideRunner(Declared):
         self.workers = WorkerPools(
             "pyodide",
             launcher,
-            PyodideDialect(profile, self.setup.max_memory_mb),
+            PyodideDialect(profile, self.setup.max_memory_mb, self.setup.index_grant(settings)),
             sandbox=sandbox,
             pool_size=0,
             default_profile=profile,

@@ -13,9 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..egress import SANDBOX_EGRESS, SOCKET_NAME
 from ..errors import RunnerError
 from .cgroup import SANDBOX_CGROUP, MemoryCgroups
-from .core import SANDBOX_WORKSPACE, WORKER_DIR, Profile, Sandbox, SandboxSpec, UidSlots, is_root, sandbox_environment
+from .core import (
+    SANDBOX_WORKSPACE,
+    WORKER_DIR,
+    Profile,
+    Sandbox,
+    SandboxSpec,
+    UidSlots,
+    is_root,
+    sandbox_environment,
+    without_proxies,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,15 +44,9 @@ ZYGOTE_MB = 128
 
 # Files under /etc a worker may need; nothing else of /etc is visible (no passwd, no shadow, no hosts of the host).
 ETC_ALWAYS = ("/etc/ld.so.cache", "/etc/localtime")
-ETC_NETWORK = (
-    "/etc/resolv.conf",
-    "/etc/hosts",
-    "/etc/nsswitch.conf",
-    "/etc/gai.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/pki",
-)
+ETC_NETWORK = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki")
+"""Certificates for a run with the network (TLS is the script's, end to end through the proxy's tunnel). No
+resolver files: the sandbox resolves no name, the proxy on the host does."""
 SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32", "/usr/share/zoneinfo")
 NETWORK_DIRS = ("/usr/share/ca-certificates",)
 
@@ -103,7 +108,7 @@ class BwrapSandbox(Sandbox):
         return {
             "isolation": "namespaces",
             "reason": None,
-            "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (unless the run allows networking)"]
+            "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (always: loopback only)"]
             + ([] if self.as_root else ["user"]),
             "user": user,
             "filesystem": (
@@ -123,9 +128,14 @@ class BwrapSandbox(Sandbox):
             "oom": "workers have oom_score_adj 1000: if the kernel must kill for memory, it kills a run",
             "seccomp": (
                 "refused: SysV IPC, POSIX message queues, kernel keyrings, new namespaces, mounts, ptrace, bpf, "
-                "perf_event_open, userfaultfd, io_uring, module loading, other architectures' system calls"
+                "perf_event_open, userfaultfd, io_uring, module and kexec loading, netlink and packet sockets, "
+                "raw sockets, other architectures' system calls"
             ),
-            "network": "a new, empty network namespace unless the run allows networking",
+            "network": (
+                "every worker has its own network namespace with loopback only; a run that may use the network "
+                "reaches the egress proxy on the host through a Unix socket (HTTP_PROXY/HTTPS_PROXY), and the "
+                "proxy decides each connection (see networkPolicy)"
+            ),
             "memory": (
                 f"a memory cgroup per worker ({self.cgroups.parent}, v{self.cgroups.version}): a run's memory limit "
                 "covers every process it forks"
@@ -144,8 +154,9 @@ class BwrapSandbox(Sandbox):
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         uid = self.uids.take()
         cgroup = self._cgroup(self.limits.memory_mb + ZYGOTE_MB)
+        gate = self.gate(profile)
         script, rest = worker_argv[0], worker_argv[1:]
-        argv = self._argv(uid=uid, profile=profile, command=rest, worker=script, cgroup=cgroup)
+        argv = self._argv(uid=uid, profile=profile, command=rest, worker=script, cgroup=cgroup, gate=gate)
         return SandboxSpec(
             argv=argv,
             env=sandbox_environment(SANDBOX_WORKSPACE),
@@ -154,6 +165,7 @@ class BwrapSandbox(Sandbox):
             uid=uid,
             host_pids=False,
             cgroup=cgroup,
+            egress=gate,
         )
 
     def _cgroup(self, memory_mb: int) -> Path | None:
@@ -197,16 +209,21 @@ class BwrapSandbox(Sandbox):
             launch += ["--cgroup", SANDBOX_CGROUP]
         if self.as_root:
             launch += ["--drop", f"{uid}:{uid}"]
+        gate = self.gate(profile)
+        if gate is not None:
+            binds.bind(str(gate), SANDBOX_EGRESS)
+            launch += ["--egress", f"{SANDBOX_EGRESS}/{SOCKET_NAME}"]
         full = self._namespaces(profile) + binds.argv + ["--ro-bind", str(WORKER_DIR), SANDBOX_WORKER_DIR]
         full += ["--chdir", SANDBOX_WORKSPACE, "--", *launch, "--", *argv]
         return SandboxSpec(
             argv=full,
-            env=sandbox_environment(SANDBOX_WORKSPACE) | dict(env),
+            env=sandbox_environment(SANDBOX_WORKSPACE) | without_proxies(env),
             cwd=Path("/"),
             workspace=None,
             uid=uid,
             host_pids=False,
             cgroup=cgroup,
+            egress=gate,
         )
 
     def close(self) -> None:
@@ -217,9 +234,9 @@ class BwrapSandbox(Sandbox):
         """bwrap's namespaces, user, /proc, /dev, size-limited /tmp, /dev/shm and workspace, system and Python binds."""
         size = self.limits.workspace_mb * 1024 * 1024
         argv = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        argv += ["--unshare-cgroup-try", "--hostname", "sandbox"]
-        if not profile.network:
-            argv.append("--unshare-net")
+        # Always a new network namespace: loopback only. A run with the network reaches the host's egress
+        # proxy through its gate, a Unix socket bound in below; nothing else of any network.
+        argv += ["--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox"]
         if self.as_root:
             # No user namespace: it would map the sandbox user back to root. The worker drops to `uid` itself.
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -232,16 +249,26 @@ class BwrapSandbox(Sandbox):
         return argv + self._system_binds(profile) + self._python_binds()
 
     def _argv(
-        self, *, uid: int, profile: Profile, command: list[str], worker: str | None = None, cgroup: Path | None = None
+        self,
+        *,
+        uid: int,
+        profile: Profile,
+        command: list[str],
+        worker: str | None = None,
+        cgroup: Path | None = None,
+        gate: Path | None = None,
     ) -> list[str]:
         worker = worker or str(WORKER_DIR / "worker.py")
         program = f"{SANDBOX_WORKER_DIR}/{Path(worker).name}"
         argv = self._namespaces(profile)
+        binds = _Binds()
         if cgroup is not None:
-            binds = _Binds()
             binds.bind(str(cgroup), SANDBOX_CGROUP, writable=True)
-            argv += binds.argv
             command = [*command, "--cgroup", SANDBOX_CGROUP]
+        if gate is not None:
+            binds.bind(str(gate), SANDBOX_EGRESS)
+            command = [*command, "--egress", f"{SANDBOX_EGRESS}/{SOCKET_NAME}"]
+        argv += binds.argv
         argv += ["--ro-bind", str(Path(worker).parent), SANDBOX_WORKER_DIR]
         if profile.environment:
             argv += ["--ro-bind", profile.environment, SANDBOX_ENV]

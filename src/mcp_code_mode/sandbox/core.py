@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import Settings
+from ..egress import SOCKET_NAME, make_gate_directory
 from ..errors import RunnerError
 
 logger = logging.getLogger(__name__)
@@ -122,10 +123,14 @@ class SandboxSpec:
     """A zygote worker: the pool gives it a socket for run channels (``--runs-fd``)."""
     cgroup: Path | None = None
     """The worker's own memory cgroup (removed when it is gone)."""
+    egress: Path | None = None
+    """The host directory of the worker's egress gate (``egress.serve_gate``), for a profile with the network."""
 
     def cleanup(self) -> None:
         if self.workspace is not None:
             shutil.rmtree(self.workspace, ignore_errors=True)
+        if self.egress is not None:
+            shutil.rmtree(self.egress, ignore_errors=True)
 
 
 def sandbox_environment(home: str) -> dict[str, str]:
@@ -144,6 +149,16 @@ def sandbox_environment(home: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
+
+
+PROXY_NAMES = frozenset(
+    {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+)
+
+
+def without_proxies(env: Mapping[str, str]) -> dict[str, str]:
+    """A worker's extra environment without the host's proxy settings (a worker's only proxy is its gate)."""
+    return {k: v for k, v in env.items() if k not in PROXY_NAMES}
 
 
 class Sandbox:
@@ -167,7 +182,13 @@ class Sandbox:
             "namespaces": [],
             "user": "the server's own user",
             "filesystem": "the server's view; the local runner confines open() to the workspace",
-            "network": "not isolated",
+            "network": (
+                "not isolated (no network namespace): a run with the network has the host's own network, and the "
+                "egress proxy only guides clients that honour HTTP(S)_PROXY (CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true)"
+                if self.settings.allow_unsandboxed_network
+                else "no network namespace here: runs that may use the network are refused "
+                "(CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true gives them the host's own network)"
+            ),
             "cpu": "workers run at nice 10 (the server's requests come first)",
             "oom": "workers have oom_score_adj 1000: if the kernel must kill for memory, it kills a run",
             "limits": self.limits.describe(),
@@ -180,8 +201,17 @@ class Sandbox:
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         workspace = make_workspace(self.settings.workspace_dir)
         extra = profile.worker_arguments(profile.environment)
+        gate = self.gate(profile)
+        if gate is not None:
+            extra += ["--egress", str(gate / SOCKET_NAME)]
         argv = [sys.executable, "-I", *worker_argv, "--workspace", str(workspace), *extra]
-        return SandboxSpec(argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace)
+        return SandboxSpec(
+            argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace, egress=gate
+        )
+
+    def gate(self, profile: Profile) -> Path | None:
+        """A new egress gate directory for a worker of ``profile``, if its runs may use the network."""
+        return make_gate_directory() if profile.network else None
 
     def command_spec(
         self,
@@ -197,11 +227,15 @@ class Sandbox:
         workspace = make_workspace(self.settings.workspace_dir)
         launch = [sys.executable, "-I", "-S", str(WORKER_DIR / "cm_launch.py")]
         launch += [f"--limit={name}={value}" for name, value in limits.items()]
+        gate = self.gate(profile)
+        if gate is not None:
+            launch += ["--egress", str(gate / SOCKET_NAME)]
         return SandboxSpec(
             argv=[*launch, "--", *argv],
-            env=sandbox_environment(str(workspace)) | dict(env),
+            env=sandbox_environment(str(workspace)) | without_proxies(env),
             cwd=workspace,
             workspace=workspace,
+            egress=gate,
         )
 
     def release(self, spec: SandboxSpec) -> None:

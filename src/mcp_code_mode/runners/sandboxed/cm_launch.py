@@ -1,10 +1,11 @@
 """Start a program inside the sandbox the way the zygote starts a run: standard library only.
 
-``python -I -S cm_launch.py [--cgroup DIR] [--drop UID:GID] [--limit=NAME=VALUE ...] -- PROGRAM ARGS...`` joins
-the worker's cgroup, drops to
-the sandbox uid, applies the rlimits, dies with its parent, installs the seccomp filter (``cm_os``)
-and then becomes PROGRAM (``execv``): the Deno workers of the ``deno`` and ``pyodide`` runners, and
-``deno check``. Everything it sets survives the ``execv``; nothing of it can be undone by PROGRAM.
+``python -I -S cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--limit=NAME=VALUE ...] --
+PROGRAM ARGS...`` joins the worker's cgroup, drops to the sandbox uid, applies the rlimits, dies with its
+parent, installs the seccomp filter (``cm_os``), with ``--egress`` forks the loopback forwarder to the
+host's egress proxy (``cm_egress``) and names it in the environment, and then becomes PROGRAM
+(``execv``): the Deno workers of the ``deno`` and ``pyodide`` runners, and ``deno check``. Everything it
+sets survives the ``execv``; nothing of it can be undone by PROGRAM.
 """
 
 from __future__ import annotations
@@ -24,20 +25,26 @@ from cm_os import (
     yield_to_the_server,
 )
 
-USAGE = "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--limit=NAME=VALUE ...] -- PROGRAM ARGS..."
+USAGE = "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--limit=NAME=VALUE ...] -- PROGRAM ARGS..."
 
 
 def main(argv: list[str]) -> None:
     """Parsed by hand (no argparse: this runs before every Deno worker starts)."""
     cgroup: str | None = None
     drop: str | None = None
+    egress: str | None = None
     limits: dict[str, int] = {}
     rest = list(argv)
     while rest and rest[0] != "--":
         option = rest.pop(0)
-        if option in ("--cgroup", "--drop") and rest:
+        if option in ("--cgroup", "--drop", "--egress") and rest:
             value = rest.pop(0)
-            cgroup, drop = (value, drop) if option == "--cgroup" else (cgroup, value)
+            if option == "--cgroup":
+                cgroup = value
+            elif option == "--drop":
+                drop = value
+            else:
+                egress = value
         elif option.startswith("--limit="):
             name, _, value = option.removeprefix("--limit=").partition("=")
             if name not in LIMIT_NAMES:
@@ -58,6 +65,10 @@ def main(argv: list[str]) -> None:
     die_with_parent()
     if sys.platform == "linux":
         install_seccomp()
+    if egress:
+        import cm_egress
+
+        cm_egress.use_proxy(cm_egress.fork(egress))
     os.execv(program[0], program)
 
 

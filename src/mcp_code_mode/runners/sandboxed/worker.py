@@ -109,7 +109,7 @@ def _await_run(reader: int) -> dict[str, Any] | None:
     return json.loads(b"".join(chunks)) if chunks else None
 
 
-def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str) -> None:
+def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str, egress: str | None) -> None:
     """Wait (forked ahead of time) for one run, run it in this process, report it, and exit."""
     os.setsid()
     die_with_parent()
@@ -124,6 +124,10 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     limits = message.get("limits")
     if isinstance(limits, dict):
         apply_limits({str(k): int(v) for k, v in limits.items()})
+    if egress:  # this worker's runs may use the network: only through the host's proxy (cm_egress)
+        import cm_egress
+
+        cm_egress.use_proxy(cm_egress.start(egress))
     cap = int(message.get("max_output", DEFAULT_MAX_OUTPUT))
     output.arm(cap)
     run.output = output
@@ -154,6 +158,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--pidns", action="store_true", help="in a pid namespace: clean up with kill(-1)")
     parser.add_argument("--cgroup", default=None, help="the worker's own cgroup directory, to join first")
     parser.add_argument("--runs-fd", type=int, default=None, help="the socket that takes each run's channel")
+    parser.add_argument("--egress", default=None, help="the host's egress proxy socket (runs may use the network)")
     parser.add_argument("--probe", action="store_true", help="check the sandbox works, print sandbox-ok, exit")
     return parser.parse_args()
 
@@ -227,7 +232,7 @@ def main() -> None:
                 host_end.close()
                 os.close(writer)
                 current["run"] = Channel.from_socket(child_end.detach())
-                _child(current["run"], args.kind, reader, stub_namespace, workspace)
+                _child(current["run"], args.kind, reader, stub_namespace, workspace, args.egress)
             finally:
                 os._exit(0)
         os.close(reader)
