@@ -87,6 +87,9 @@ async def engine(shared_dirs: dict[str, Path]) -> AsyncIterator[CodeMode]:
             "fixture": fixture_entry(),
         },
         workspace_dir=shared_dirs["runs"],
+        # The tests' HTTP servers on loopback stand for hosts on the internet: opened to the egress proxy
+        # (tests/e2e/test_egress.py proves what a default policy refuses).
+        network_allow_private="127.0.0.1",
     )
     async with CodeMode(config) as cm:
         yield cm

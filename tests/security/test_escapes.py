@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from mcp_code_mode.engine import CodeMode, RunResult
+from mcp_code_mode.runners.sandboxed.cm_egress import PROXY_VARIABLES
 
 from ..fixtures.loopback import Listener
 from .conftest import Planted, assert_nothing_leaked
@@ -166,12 +167,20 @@ async def test_a_network_attempt_fails_at_once_with_a_clear_error(attacked: Code
     assert result.execution_time < 2000
 
 
-async def test_with_networking_allowed_the_same_connection_succeeds(attacked: CodeMode, listener: Listener) -> None:
+async def test_with_networking_allowed_a_direct_connection_to_the_hosts_loopback_reaches_nothing(
+    attacked: CodeMode, listener: Listener
+) -> None:
+    """The sandbox has its own loopback whatever the run may do: the host's listener is not there."""
     before = listener.connections
-    code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener.port}), timeout=5).close()\nprint('ok')"
+    code = (
+        "import socket\ntry:\n"
+        f"    socket.create_connection(('127.0.0.1', {listener.port}), timeout=5).close()\n    print('connected')\n"
+        "except OSError as e:\n    print(type(e).__name__)"
+    )
     result = await attacked.execute(code, runner="cpython", allow_networking=True)
     assert result.success, result.error
-    assert listener.connections == before + 1
+    assert result.output == "ConnectionRefusedError\n"
+    assert listener.connections == before
 
 
 async def test_the_script_sees_only_an_allow_listed_environment(attacked: CodeMode) -> None:
@@ -192,8 +201,15 @@ async def test_the_script_sees_only_an_allow_listed_environment(attacked: CodeMo
         "OMP_NUM_THREADS",
         "OPENBLAS_NUM_THREADS",
         "MKL_NUM_THREADS",
+        *PROXY_VARIABLES,  # a run with the network: they name its forwarder to the host's egress proxy
     }
     assert env["HOME"] == "/workspace"
+    assert {env[name] for name in PROXY_VARIABLES} == {env["HTTP_PROXY"]}
+    assert env["HTTP_PROXY"].startswith("http://127.0.0.1:")
+    offline = (
+        await attacked.execute("import os\nsorted(os.environ)", runner="cpython", allow_networking=False)
+    ).return_value
+    assert isinstance(offline, list) and not set(offline) & set(PROXY_VARIABLES)
 
 
 async def test_the_script_runs_as_an_unprivileged_user_without_capabilities(attacked: CodeMode) -> None:

@@ -78,6 +78,10 @@ _REGISTRY_ENV = (
 )
 
 
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy")
+"""The variables a worker may read: ``cm_launch.py --egress`` sets the proxy ones to the run's forwarder."""
+
+
 def find_deno() -> str | None:
     """The Deno executable: the PyPI ``deno`` package's, else one on PATH, else None."""
     with contextlib.suppress(ImportError, OSError, RuntimeError):
@@ -196,6 +200,8 @@ class DenoRunner(Declared):
             "--allow-read=.",
             "--allow-write=.",
             "--allow-net",
+            # Only the proxy variables, which name the run's egress forwarder: npm clients (axios) read them.
+            "--allow-env=" + ",".join(PROXY_ENV),
             f"--v8-flags=--max-old-space-size={MAX_HEAP_MB}",
             str(WORKER),
         ]

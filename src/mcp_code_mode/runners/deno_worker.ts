@@ -394,6 +394,8 @@ async function run(message: RunMessage): Promise<void> {
   phase = "evaluated";
 }
 
+const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+
 async function main(): Promise<void> {
   // Everything that does not depend on the run is done before saying ready: capturing output,
   // hiding the environment, warming up the TypeScript transpiler and the module loader.
@@ -402,7 +404,14 @@ async function main(): Promise<void> {
   // The first console.log loads and compiles node's formatting code: about 5 ms, paid here, not by the run.
   console.log("warm", 1, { a: [1.5, "b"] }, new Error("warm").message);
   output.reset();
-  process.env = {};
+  // The environment a script sees: the egress proxy's variables alone (set by cm_launch.py when the run
+  // may use the network, naming the forwarder to the host's proxy; npm clients such as axios read them).
+  process.env = Object.fromEntries(
+    PROXY_VARIABLES.flatMap((name) => {
+      const value = Deno.env.get(name);
+      return value ? [[name, value]] : [];
+    }),
+  );
   Deno.exit = exitWith;
   process.exit = exitWith as typeof process.exit;
   await import(`data:application/typescript;base64,${encodeBase64("export const warm: number = 1;")}`);
