@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """10. Egress proxy: what a run's traffic pays for going through ``EgressProxy`` instead of straight out.
 
-    .venv/bin/python bench/egress.py [--reps 5] [--mib 10] [--requests 100]
+    .venv/bin/python bench/egress.py [--reps 5] [--mib 10] [--requests 100] [--runners cpython deno]
 
 The upstream is a test host in a network namespace of its own (``tests/egress/netns.py``: a veth, a private
 address opened with ``CODE_MODE_NETWORK_ALLOW_PRIVATE``, a threaded stdlib HTTP server), so the traffic
@@ -18,7 +18,9 @@ Paths: (1) direct from the host to the test host; (2) through the proxy, which r
 sends plain HTTP (absolute form: ``GET http://host/...``) and as it sends HTTPS (``CONNECT`` and the request
 inside the tunnel; no TLS here, so only the proxy's cost is measured). The client is http.client in this
 process. The proxy's own CPU time (its threads' time on a CPU, from /proc schedstat) is given per workload.
-(3) from a sandboxed run through the proxy is to come with the engine's wiring (``sandboxed_through_proxy``).
+A control: a bare anyio forwarder (no request parsing, no policy) in the same place as the proxy. (3) from a
+sandboxed run through the proxy (``sandboxed_through_proxy``): the same workload made by a script in a
+cpython and a deno run of an engine in this process whose policy opens the test host, timed by the script.
 """
 
 from __future__ import annotations
@@ -29,18 +31,22 @@ import functools
 import http.client
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from common import Section, median, ms, parser, quiesce, ratio, run_section, size
+from common import Section, engine, median, ms, parser, quiesce, quiet_logs, ratio, run_section, size, wait_warm
 from tests.egress.netns import NetnsHost, test_host, unavailable
+
+from mcp_code_mode.runners.deno import find_deno
 
 CHUNK = 65536
 PROXY_READY_TIMEOUT = 30.0
@@ -180,21 +186,69 @@ def small_requests(path: str, host: NetnsHost, proxy_port: int, count: int) -> N
             raise SystemExit(f"{path}: an empty answer to /hello")
 
 
-def sandboxed_through_proxy(host: NetnsHost, workload: str, amount: int) -> float | None:
-    """(3) FROM A SANDBOXED RUN THROUGH THE PROXY: to add once the engine wires the proxy into the sandboxes.
+PY_DOWNLOAD = """
+import time, urllib.request
+started = time.perf_counter()
+received = 0
+with urllib.request.urlopen({url!r}, timeout=60) as response:
+    chunk = response.read(65536)
+    while chunk:
+        received += len(chunk)
+        chunk = response.read(65536)
+print(received, (time.perf_counter() - started) * 1000)
+"""
+PY_SMALL = """
+import time, urllib.request
+started = time.perf_counter()
+answered = 0
+for _ in range({count}):
+    with urllib.request.urlopen({url!r}, timeout=60) as response:
+        answered += bool(response.read())
+print(answered, (time.perf_counter() - started) * 1000)
+"""
+JS_DOWNLOAD = """
+const started = performance.now();
+const response = await fetch({url!r});
+let received = 0;
+for await (const chunk of response.body) received += chunk.length;
+console.log(received, performance.now() - started);
+"""
+JS_SMALL = """
+const started = performance.now();
+let answered = 0;
+for (let i = 0; i < {count}; i++) answered += (await (await fetch({url!r})).text()).length > 0 ? 1 : 0;
+console.log(answered, performance.now() - started);
+"""
+SANDBOXED = {"sandboxed run (cpython), via the proxy": "cpython", "sandboxed run (deno), via the proxy": "deno"}
+"""(3): the workload made by a script in a sandboxed run: the sandbox's own loopback, ``cm_egress``'s
+forwarder to the Unix socket, the engine's ``EgressProxy`` (in this process), the test host."""
 
-    It should time, in milliseconds, the same workload (``"download"`` of ``amount`` bytes, or ``"small"``:
-    ``amount`` requests to ``/hello``) made by a script inside a sandboxed run (an engine with
-    ``network_allow_private=host.authority()``, the script using urllib with the proxy the run's environment
-    names), minus that run's time for an empty script. Until then: None, and the column is left out.
-    """
-    return None
+
+async def sandboxed_through_proxy(cm: Any, runner: str, host: NetnsHost, workload: str, amount: int) -> float:
+    """(3) FROM A SANDBOXED RUN THROUGH THE PROXY: milliseconds of the workload as the script itself times it
+    (a ``"download"`` of ``amount`` bytes, or ``"small"``: ``amount`` requests to ``/hello``), so the run's own
+    start and answer are left out. The script uses its HTTP client as is: the run's environment names the
+    proxy (``HTTP_PROXY``)."""
+    js = runner == "deno"
+    if workload == "download":
+        template, url, expected = (JS_DOWNLOAD if js else PY_DOWNLOAD), host.url(f"/bytes?n={amount}"), amount
+    else:
+        template, url, expected = (JS_SMALL if js else PY_SMALL), host.url("/hello"), amount
+    code = template.format(url=url, count=amount)
+    await wait_warm(cm, runner)
+    await quiesce()
+    result = await cm.execute(code, "javascript" if js else "python", runner=runner, allow_networking=True, cache="off")
+    fields = result.output.split() if result.success else []
+    if len(fields) != 2 or int(fields[0]) != expected:
+        raise SystemExit(f"{runner}: the {workload} script failed: {result.error} {result.output[:300]!r}")
+    return float(fields[1])
 
 
 # ----- the benchmark ----------------------------------------------------------------------------
 
 CONTROL = "control: a bare anyio splice"
 PATHS = ["direct", "proxy, absolute form", "proxy, CONNECT tunnel", CONTROL]
+"""(1) and (2), from this process (and the control)."""
 
 
 async def timed_call(server: ProxyProcess | None, action: Callable[[], None]) -> tuple[float, float]:
@@ -213,9 +267,18 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         raise SystemExit(f"no test host in a network namespace: {why}")
     n = args.mib * 1024 * 1024
     count = args.requests
-    times: dict[str, dict[str, list[float]]] = {w: {p: [] for p in PATHS} for w in ("download", "small")}
+    sandboxed = {label: r for label, r in SANDBOXED.items() if r in args.runners and (r != "deno" or find_deno())}
+    paths = PATHS + list(sandboxed)
+    times: dict[str, dict[str, list[float]]] = {w: {p: [] for p in paths} for w in ("download", "small")}
     cpu: dict[str, dict[str, list[float]]] = {w: {p: [] for p in PATHS} for w in ("download", "small")}
-    with test_host(ports=(8080,)) as host:
+    with test_host(ports=(8080,)) as host, tempfile.TemporaryDirectory(prefix="bench-egress-") as tmp, quiet_logs():
+        cm = engine(
+            {},
+            Path(tmp),
+            network_allow_private=host.authority(),
+            pyodide_pool_size=0,
+            cache_embedder="none",
+        )
         proxy = await anyio.to_thread.run_sync(start_proxy, host)
         splice = await anyio.to_thread.run_sync(start_proxy, host, "--serve-splice")
         between = {"direct": None, CONTROL: splice} | dict.fromkeys(PATHS[1:3], proxy)
@@ -224,25 +287,35 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             server = between[path]
             return server.port if server else 0
 
+        async def once(path: str, workload: str) -> None:
+            if path in sandboxed:
+                amount = n if workload == "download" else count
+                times[workload][path].append(await sandboxed_through_proxy(cm, sandboxed[path], host, workload, amount))
+                return
+            if workload == "download":
+                work = functools.partial(download, path, host, port(path), n)
+            else:
+                work = functools.partial(small_requests, path, host, port(path), count)
+            elapsed, used = await timed_call(between[path], work)
+            times[workload][path].append(elapsed)
+            cpu[workload][path].append(used)
+
         try:
-            for path in PATHS:  # unmeasured: connections, the server's threads, the proxy's imports
-                await anyio.to_thread.run_sync(download, path, host, port(path), n)
-                await anyio.to_thread.run_sync(small_requests, path, host, port(path), 10)
-            for rep in range(args.reps):
-                order = PATHS[rep % len(PATHS) :] + PATHS[: rep % len(PATHS)]
-                for path in order:
-                    elapsed, used = await timed_call(between[path], lambda p=path: download(p, host, port(p), n))
-                    times["download"][path].append(elapsed)
-                    cpu["download"][path].append(used)
-                for path in order:
-                    work = functools.partial(small_requests, path, host, port(path), count)
-                    elapsed, used = await timed_call(between[path], work)
-                    times["small"][path].append(elapsed)
-                    cpu["small"][path].append(used)
+            async with cm:
+                for path in PATHS:  # unmeasured: connections, the server's threads, the proxy's imports
+                    await anyio.to_thread.run_sync(download, path, host, port(path), n)
+                    await anyio.to_thread.run_sync(small_requests, path, host, port(path), 10)
+                for runner in sandboxed.values():
+                    await sandboxed_through_proxy(cm, runner, host, "download", n)
+                    await sandboxed_through_proxy(cm, runner, host, "small", 10)
+                for rep in range(args.reps):
+                    order = paths[rep % len(paths) :] + paths[: rep % len(paths)]
+                    for workload in ("download", "small"):
+                        for path in order:
+                            await once(path, workload)
         finally:
             await anyio.to_thread.run_sync(proxy.stop)
             await anyio.to_thread.run_sync(splice.stop)
-        sandboxed = {w: sandboxed_through_proxy(host, w, a) for w, a in (("download", n), ("small", count))}
         requests_seen = len(host.requests())
 
     table = section.table(
@@ -261,9 +334,9 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         ],
     )
     direct_download, direct_small = median(times["download"]["direct"]), median(times["small"]["direct"])
-    for path in PATHS:
+    for path in paths:
         d, s = median(times["download"][path]), median(times["small"][path])
-        proxied = path != "direct"
+        proxied = path in PATHS[1:]
         table.rows.append(
             [
                 path,
@@ -281,18 +354,19 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         path: ", ".join(f"{x:,.0f}" for x in times["download"][path])
         + " / "
         + ", ".join(f"{x:,.0f}" for x in times["small"][path])
-        for path in PATHS
+        for path in paths
     }
     section.notes.append(
         "Every repetition, in ms (download / small requests): "
         + "; ".join(f"{path}: {spread}" for path, spread in spreads.items())
         + "."
     )
-    if all(v is None for v in sandboxed.values()):
-        section.notes.append(
-            "(3) from a sandboxed run through the proxy: not measured yet, the proxy is not wired into the "
-            "sandboxes (`sandboxed_through_proxy` is where it goes)."
-        )
+    section.notes.append(
+        "Sandboxed runs (3): the script's own timing of the workload (urllib for cpython, fetch for deno, each "
+        "with the proxy its run's environment names), so the run's start and answer are left out; the path "
+        "is the sandbox's loopback, the run's forwarder (cm_egress) to the Unix socket bound into the sandbox, "
+        "and the engine's EgressProxy, in this benchmark's process."
+    )
     section.notes.append(
         "CPU in between: the time the proxy's (or the control's) process spent on a CPU (its threads' "
         "/proc schedstat) over the measured workload. The control forwards each connection to the test host "
@@ -310,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--reps", type=int, default=5)
     cli.add_argument("--mib", type=int, default=10, help="size of the download in MiB")
     cli.add_argument("--requests", type=int, default=100, help="small requests per measurement")
+    cli.add_argument("--runners", nargs="*", default=list(SANDBOXED.values()), help="sandboxed runs (3) to measure")
     cli.add_argument("--serve-proxy", metavar="ALLOW_PRIVATE", default=None, help=argparse.SUPPRESS)
     cli.add_argument("--serve-splice", metavar="HOST:PORT", default=None, help=argparse.SUPPRESS)
     args = cli.parse_args(argv)
