@@ -286,7 +286,30 @@ async def test_the_byte_cap_ends_a_download_early_and_the_log_counts_it(netns_ho
     summary = log.summary()
     assert summary["bytesIn"] == log.connections[0].bytes_in and log.connections[0].allowed
     assert isinstance(summary["bytesIn"], int) and cap - 65536 < summary["bytesIn"] < size
+    assert summary["limit"] == log.limit and log.limit is not None and "CODE_MODE_NETWORK_MAX_MB" in log.limit
     assert netns_host.requests()[-1]["path"] == f"/bytes?n={size}"
+
+
+async def test_after_the_byte_cap_a_new_connection_is_refused_naming_the_cap(netns_host: NetnsHost) -> None:
+    log = EgressLog(max_bytes=200_000)
+    async with proxy_on_tcp(EgressProxy(opening(netns_host), log)) as pport:
+        await in_thread(lambda: download(pport, "absolute", netns_host, 1_000_000))
+        seen = len(netns_host.requests())
+        status, body = await in_thread(lambda: fetch(pport, "absolute", netns_host.address, 8080, "/hello"))
+    assert_refused(status, body, "absolute", netns_host.address, 8080, "CODE_MODE_NETWORK_MAX_MB")
+    assert len(netns_host.requests()) == seen
+
+
+async def test_the_connection_cap_refuses_the_next_connection_naming_the_setting(netns_host: NetnsHost) -> None:
+    log = EgressLog(max_connections=2)
+    seen = len(netns_host.requests())
+    async with proxy_on_tcp(EgressProxy(opening(netns_host), log)) as pport:
+        answers = [await in_thread(lambda f=f: fetch(pport, f, netns_host.address, 8080, "/hello")) for f in FORMS]
+        status, body = await in_thread(lambda: fetch(pport, "absolute", netns_host.address, 8080, "/hello"))
+    assert [s for s, _ in answers] == [200, 200]
+    assert_refused(status, body, "absolute", netns_host.address, 8080, "CODE_MODE_NETWORK_MAX_CONNECTIONS")
+    assert len(netns_host.requests()) == seen + 2
+    assert [c.allowed for c in log.connections] == [True, True, False]
 
 
 async def test_without_a_cap_the_whole_download_arrives(netns_host: NetnsHost) -> None:
