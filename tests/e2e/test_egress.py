@@ -123,7 +123,8 @@ def python_get(url: str) -> str:
 
 
 def javascript_get(url: str) -> str:
-    return f"const r = await fetch({url!r});\nconsole.log(r.status === 200 ? await r.text() : `failed: ${{r.status}} ${{await r.text()}}`);"
+    answer = "r.status === 200 ? await r.text() : `failed: ${r.status} ${await r.text()}`"
+    return f"const r = await fetch({url!r});\nconsole.log({answer});"
 
 
 GETS = {"cpython": ("python", python_get), "deno": ("javascript", javascript_get)}
@@ -146,9 +147,8 @@ async def test_an_opened_address_is_reached_and_loopback_otherwise_refused_namin
     assert f"connection to 127.0.0.1:{closed.port} refused: 127.0.0.1 is loopback" in refused.output
     assert f"CODE_MODE_NETWORK_ALLOW_PRIVATE=127.0.0.1:{closed.port}" in refused.output
     assert refused.network is not None and refused.network.hosts == []
-    assert refused.network.refused == [
-        f"127.0.0.1:{closed.port}: 127.0.0.1 is loopback; open it with CODE_MODE_NETWORK_ALLOW_PRIVATE=127.0.0.1:{closed.port}"
-    ]
+    rule = f"open it with CODE_MODE_NETWORK_ALLOW_PRIVATE=127.0.0.1:{closed.port}"
+    assert refused.network.refused == [f"127.0.0.1:{closed.port}: 127.0.0.1 is loopback; {rule}"]
     assert len(closed.requests) == before
 
 
@@ -190,6 +190,17 @@ async def test_connect_to_a_port_that_is_not_opened_is_refused(cm: CodeMode, ope
     assert result.output.startswith("ProxyError")
     assert f"403 connection to 127.0.0.1:{other} refused: 127.0.0.1 is loopback" in result.output
     assert result.network is not None and result.network.refused[0].startswith(f"127.0.0.1:{other}: ")
+
+
+async def test_a_refused_tunnel_in_deno_fetch_names_the_host_and_the_rule(cm: CodeMode, opened: Upstream) -> None:
+    """Deno alone reports a refused ``CONNECT`` as "unsuccessful tunnel": the worker asks the proxy why."""
+    other = opened.port + 1 if opened.port < 65535 else opened.port - 1
+    code = f"try {{ await fetch('https://127.0.0.1:{other}/'); }} catch (e) {{ console.log(String(e)); }}"
+    result = await cm.execute(code, "javascript", cache="off")
+    assert result.success, result.error
+    assert result.output.startswith(f"TypeError: fetch failed: connection to 127.0.0.1:{other} refused: ")
+    assert f"CODE_MODE_NETWORK_ALLOW_PRIVATE=127.0.0.1:{other}" in result.output
+    assert result.network is not None and len(result.network.refused) == 1  # asking why is not a connection
 
 
 @pytest.mark.parametrize("name", ["localhost", socket.gethostname()])

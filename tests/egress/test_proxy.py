@@ -183,3 +183,31 @@ async def test_a_malformed_target_gets_400_and_opens_nothing(tmp_path: Path, tar
     async with proxy_on_unix(EgressProxy(EgressPolicy(), log), tmp_path / "p.sock") as sock:
         answer = await exchange(sock, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.1 400") and log.connections == []
+
+
+async def test_the_proxy_says_why_it_refused_a_target_without_counting_a_connection(tmp_path: Path) -> None:
+    log = EgressLog()
+    async with proxy_on_unix(EgressProxy(EgressPolicy(), log), tmp_path / "p.sock") as sock:
+        await exchange(sock, b"CONNECT 10.1.2.3:443 HTTP/1.1\r\n\r\n")
+        why = await exchange(sock, b"GET http://egress.invalid/refusal?target=10.1.2.3%3A443 HTTP/1.1\r\n\r\n")
+        none = await exchange(sock, b"GET http://egress.invalid/refusal?target=10.1.2.3%3A80 HTTP/1.1\r\n\r\n")
+    assert why.startswith(b"HTTP/1.1 200 OK")
+    assert why.endswith(
+        b"connection to 10.1.2.3:443 refused: 10.1.2.3 is a private network (RFC 1918); "
+        b"open it with CODE_MODE_NETWORK_ALLOW_PRIVATE=10.1.2.3:443"
+    )
+    assert none.endswith(b"\r\n\r\n")  # nothing refused there: an empty answer
+    assert len(log.connections) == 1
+
+
+async def test_past_the_connection_cap_the_next_connection_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    log = EgressLog(max_connections=2)
+    async with upstream_server() as port:
+        policy = EgressPolicy.from_settings(allow_private=f"127.0.0.1:{port}")
+        async with proxy_on_unix(EgressProxy(policy, log), tmp_path / "p.sock") as sock:
+            answers = [
+                await exchange(sock, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode()) for _ in range(3)
+            ]
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"200", b"403"]
+    assert b"CODE_MODE_NETWORK_MAX_CONNECTIONS" in answers[2]
+    assert log.limit is not None and log.summary()["limit"] == log.limit

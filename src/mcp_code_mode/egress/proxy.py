@@ -22,6 +22,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 from anyio.abc import ByteStream
@@ -32,6 +33,9 @@ from .policy import AddressRefused, EgressPolicy, IPAddress
 MAX_HEAD_BYTES = 32 * 1024
 """Request line and headers, at most."""
 CONNECT_TIMEOUT = 10.0
+REFUSAL_HOST = "egress.invalid"
+"""``GET http://egress.invalid/refusal?target=host:port`` asks the proxy why it refused that connection (a
+reserved name: it is never resolved)."""
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
@@ -160,6 +164,9 @@ class EgressProxy:
                 await _answer(client, "400 Bad Request", "not an HTTP request line")
                 return
             method, target, version = parts
+            if target.lower().startswith(f"http://{REFUSAL_HOST}/"):
+                await self._why(client, target)
+                return
             try:
                 if method.upper() == "CONNECT":
                     host, port = _split_host_port(target, 443)
@@ -178,6 +185,27 @@ class EgressProxy:
             request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
             tls = scheme.lower() == "https"
             await self._forward(client, reader, host, port, request.encode("latin-1"), tls=tls)
+
+    async def _why(self, client: ByteStream, target: str) -> None:
+        """Why this run's last connection to ``?target=host:port`` was refused (empty: it was not). For clients
+        that show nothing of a refused ``CONNECT`` (Deno's ``fetch``): the worker asks and puts it in the
+        error. Not a connection: nothing is resolved or counted."""
+        query = parse_qs(urlsplit(target).query).get("target", [""])[0]
+        wanted = query.lower().replace("[", "").replace("]", "")
+        reason = next(
+            (
+                f"connection to {c.host}:{c.port} refused: {c.reason}"
+                for c in reversed(self.log.connections)
+                if not c.allowed and f"{c.host}:{c.port}".lower().replace("[", "").replace("]", "") == wanted
+            ),
+            "",
+        )
+        body = reason.encode()
+        head = (
+            f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with anyio.move_on_after(5):
+            await client.send(head.encode() + body)
 
     async def _open(
         self, client: ByteStream, host: str, port: int, *, tls: bool = False

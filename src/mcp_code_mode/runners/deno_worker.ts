@@ -395,6 +395,27 @@ async function run(message: RunMessage): Promise<void> {
 }
 
 const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+const realFetch = globalThis.fetch;
+
+/** `fetch` that says why the egress proxy refused a tunnel: Deno reports only "unsuccessful tunnel", so the
+ * worker asks the proxy (`http://egress.invalid/refusal`, answered by the host, never resolved) and puts
+ * the host and the rule in the error. Everything else is the real `fetch`. */
+function explainingFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+  return realFetch(input, init).catch(async (error: unknown) => {
+    const cause = error instanceof Error ? String(error.cause ?? "") : "";
+    if (!(error instanceof TypeError) || !cause.includes("unsuccessful tunnel")) throw error;
+    let why = "";
+    try {
+      const url = new URL(input instanceof Request ? input.url : String(input));
+      const port = url.port || (url.protocol === "https:" ? "443" : "80");
+      const query = encodeURIComponent(`${url.hostname}:${port}`);
+      why = (await (await realFetch(`http://egress.invalid/refusal?target=${query}`)).text()).trim();
+    } catch {
+      // no proxy to ask: the original error stands
+    }
+    throw why ? new TypeError(`fetch failed: ${why}`, { cause: error }) : error;
+  });
+}
 
 async function main(): Promise<void> {
   // Everything that does not depend on the run is done before saying ready: capturing output,
@@ -412,6 +433,7 @@ async function main(): Promise<void> {
       return value ? [[name, value]] : [];
     }),
   );
+  if (Deno.env.get("HTTPS_PROXY")) globalThis.fetch = explainingFetch;
   Deno.exit = exitWith;
   process.exit = exitWith as typeof process.exit;
   await import(`data:application/typescript;base64,${encodeBase64("export const warm: number = 1;")}`);
