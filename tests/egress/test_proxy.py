@@ -3,6 +3,7 @@ sandbox sees it) or on TCP (for an unmodified client library), and the policy de
 
 from __future__ import annotations
 
+import contextlib
 import urllib.error
 import urllib.request
 from collections.abc import AsyncGenerator
@@ -12,8 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.abc import ByteStream, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
 
-from mcp_code_mode.egress import EgressPolicy
+from mcp_code_mode.egress import EgressPolicy, serve_unix
 from mcp_code_mode.egress.proxy import EgressLog, EgressProxy
 
 pytestmark = pytest.mark.anyio
@@ -48,11 +50,9 @@ async def upstream_server(body: bytes = BODY) -> AsyncGenerator[int]:
 
 @asynccontextmanager
 async def proxy_on_unix(proxy: EgressProxy, path: Path) -> AsyncGenerator[Path]:
-    listener = await anyio.create_unix_listener(path)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, proxy.handle)
+    """The proxy on a Unix socket, served as a run's gate serves it."""
+    async with serve_unix(path, proxy.handle):
         yield path
-        tg.cancel_scope.cancel()
 
 
 @asynccontextmanager
@@ -211,3 +211,96 @@ async def test_past_the_connection_cap_the_next_connection_is_refused_naming_the
     assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"200", b"403"]
     assert b"CODE_MODE_NETWORK_MAX_CONNECTIONS" in answers[2]
     assert log.limit is not None and log.summary()["limit"] == log.limit
+
+
+@asynccontextmanager
+async def keep_alive_server(seen: list[bytes]) -> AsyncGenerator[int]:
+    """An origin that ignores ``Connection: close``: it answers every request on a connection and keeps it."""
+
+    async def serve(stream: SocketStream) -> None:
+        reader = BufferedByteReceiveStream(stream)
+        async with stream:
+            with contextlib.suppress(Exception):
+                while True:
+                    head = await reader.receive_until(b"\r\n\r\n", 65536)
+                    seen.append(head)
+                    await stream.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield port
+        tg.cancel_scope.cancel()
+
+
+async def ask(path: Path, request: bytes, then: bytes = b"") -> bytes:
+    """Send ``request``, read until the keep-alive origin's ``ok`` (or the proxy's answer ends), send ``then``
+    on the same connection, give it a moment, close."""
+    stream: ByteStream = await anyio.connect_unix(path)
+    out = b""
+    async with stream:
+        await stream.send(request)
+        with anyio.fail_after(10):
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while not out.endswith(b"ok"):
+                    out += await stream.receive()
+        if then:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await stream.send(then)
+            await anyio.sleep(0.3)
+    return out
+
+
+async def test_a_second_request_on_a_forwarded_connection_never_reaches_the_origin(tmp_path: Path) -> None:
+    """A client that keeps the proxy connection open must not send an unchecked request through it."""
+    seen: list[bytes] = []
+    log = EgressLog()
+    async with keep_alive_server(seen) as port:
+        async with proxy_on_unix(EgressProxy(opened(port), log), tmp_path / "p.sock") as sock:
+            first = f"GET http://127.0.0.1:{port}/a HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+            smuggled = b"GET http://10.9.9.9/secret HTTP/1.1\r\nHost: 10.9.9.9\r\nAuthorization: x\r\n\r\n"
+            answer = await ask(sock, first, then=smuggled)
+    assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
+    assert b"keep-alive" not in answer.lower()
+    assert [h.split(b"\r\n")[0] for h in seen] == [b"GET /a HTTP/1.1"]
+    assert len(log.connections) == 1
+
+
+async def test_the_host_header_is_the_urls_authority_whatever_the_client_sent(tmp_path: Path) -> None:
+    seen: list[bytes] = []
+    async with keep_alive_server(seen) as port:
+        async with proxy_on_unix(EgressProxy(opened(port)), tmp_path / "p.sock") as sock:
+            request = f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: not-allowed.example\r\n\r\n".encode()
+            await ask(sock, request)
+    assert b"\r\nHost: 127.0.0.1:" in seen[0] and b"not-allowed.example" not in seen[0]
+
+
+async def test_a_request_body_is_forwarded_exactly_as_framed(tmp_path: Path) -> None:
+    seen: list[bytes] = []
+    async with keep_alive_server(seen) as port:
+        async with proxy_on_unix(EgressProxy(opened(port)), tmp_path / "p.sock") as sock:
+            url = f"http://127.0.0.1:{port}/"
+            chunked = f"POST {url} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".encode()
+            assert (await ask(sock, chunked)).startswith(b"HTTP/1.1 200 OK")
+            both = f"POST {url} HTTP/1.1\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc".encode()
+            assert (await ask(sock, both)).startswith(b"HTTP/1.1 400")
+    # The origin here reads "heads" up to a blank line: the chunked body, last chunk included, is the second.
+    assert len(seen) == 2 and b"Transfer-Encoding: chunked" in seen[0] and seen[1] == b"3\r\nabc\r\n0"
+
+
+async def test_every_approved_address_is_tried_in_turn() -> None:
+    import ipaddress
+
+    async with upstream_server() as port:
+
+        async def two(host: str, _port: int) -> list[object]:
+            return [ipaddress.ip_address("127.0.0.2"), ipaddress.ip_address("127.0.0.1")]
+
+        policy = EgressPolicy.from_settings(allow_private=f"127.0.0.0/8:{port}")
+        proxy = EgressProxy(policy, resolver=two)  # pyright: ignore[reportArgumentType]
+        async with proxy_on_tcp(proxy) as proxy_port:
+            handler = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{proxy_port}"})
+            opener = urllib.request.build_opener(handler)
+            body = await anyio.to_thread.run_sync(lambda: opener.open(f"http://api.test:{port}/", timeout=10).read())
+    assert body == BODY

@@ -10,14 +10,16 @@ next one. Inside the sandbox, ``cm_egress.py`` forwards a loopback TCP port to i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from anyio.abc import ByteStream
 
 from .policy import EgressPolicy
 from .proxy import EgressLog, EgressProxy
@@ -46,27 +48,106 @@ def make_gate_directory(parent: Path | None = None) -> Path:
     return directory
 
 
+class UnixStream(ByteStream):
+    """A connection accepted by ``serve_unix``: asyncio's stream transport behind anyio's ``ByteStream``.
+
+    Not anyio's own Unix socket stream: closing or cancelling one while a task waits to read it can race its
+    reader callback (``InvalidStateError`` in the event loop, seen here when a run's gate closed). Here a read
+    waits on the transport's buffer, which closing ends with end-of-stream."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._closed = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            data = await self._reader.read(max_bytes)
+        except OSError as exc:
+            raise anyio.BrokenResourceError from exc
+        if not data:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            self._writer.write(item)
+            await self._writer.drain()
+        except OSError as exc:
+            raise anyio.BrokenResourceError from exc
+
+    async def send_eof(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            if self._writer.can_write_eof():
+                self._writer.write_eof()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def serve_unix(path: Path, handler: Callable[[ByteStream], Awaitable[None]]) -> AsyncGenerator[None]:
+    """Serve ``handler`` for each connection to a new Unix socket at ``path`` (mode 0666) until the block ends;
+    then no new connection is taken, open ones are closed, and handlers still running are cancelled."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    live: set[UnixStream] = set()
+    async with anyio.create_task_group() as tg:
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            stream = UnixStream(reader, writer)
+            live.add(stream)
+            finished = asyncio.Event()
+
+            async def serve() -> None:
+                try:
+                    await handler(stream)
+                finally:
+                    live.discard(stream)
+                    await stream.aclose()
+                    finished.set()
+
+            tg.start_soon(serve)  # inside the task group: ending the block ends it
+            await finished.wait()
+
+        server = await asyncio.start_unix_server(connected, path=str(path))
+        try:
+            path.chmod(0o666)  # the sandbox's uid connects; only its sandbox sees the directory
+            yield
+        finally:
+            server.close()
+            for stream in list(live):
+                await stream.aclose()
+            tg.cancel_scope.cancel()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
 @contextlib.asynccontextmanager
 async def serve_gate(directory: Path, grant: NetworkGrant, log: EgressLog) -> AsyncGenerator[EgressProxy]:
     """Serve ``grant`` on ``directory``'s socket for as long as the block lasts (one run)."""
-    path = directory / SOCKET_NAME
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    listener = await anyio.create_unix_listener(path)
     proxy = EgressProxy(grant.policy, log)
-    try:
-        path.chmod(0o666)  # the sandbox's uid connects; only its sandbox sees the directory
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, proxy.handle)
-            try:
-                yield proxy
-            finally:
-                tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await listener.aclose()
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    async with serve_unix(directory / SOCKET_NAME, proxy.handle):
+        yield proxy
 
 
-__all__ = ["SANDBOX_EGRESS", "SOCKET_NAME", "NetworkGrant", "make_gate_directory", "serve_gate"]
+__all__ = [
+    "SANDBOX_EGRESS",
+    "SOCKET_NAME",
+    "NetworkGrant",
+    "UnixStream",
+    "make_gate_directory",
+    "serve_gate",
+    "serve_unix",
+]

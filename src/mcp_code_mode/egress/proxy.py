@@ -16,6 +16,7 @@ and a byte cap per log ends tunnels that pass it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import socket
@@ -33,6 +34,8 @@ from .policy import AddressRefused, EgressPolicy, IPAddress
 MAX_HEAD_BYTES = 32 * 1024
 """Request line and headers, at most."""
 CONNECT_TIMEOUT = 10.0
+READ_BYTES = 1 << 18
+"""At most this much is read at once from either side of a connection."""
 REFUSAL_HOST = "egress.invalid"
 """``GET http://egress.invalid/refusal?target=host:port`` asks the proxy why it refused that connection (a
 reserved name: it is never resolved)."""
@@ -113,6 +116,20 @@ def _printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text)[:300]
 
 
+def _body_framing(headers: list[str]) -> int | None:
+    """The body of a request: its ``Content-Length`` (0 without one), or None when it is chunked; ``ValueError``
+    for framing a proxy must not guess at (two lengths, another transfer coding)."""
+    lengths = {h.split(":", 1)[1].strip() for h in headers if h.lower().startswith("content-length:")}
+    codings = [h.split(":", 1)[1].strip().lower() for h in headers if h.lower().startswith("transfer-encoding:")]
+    if codings:
+        if codings != ["chunked"] or lengths:
+            raise ValueError("a request body must have one Content-Length or be chunked")
+        return None
+    if len(lengths) > 1 or (lengths and not next(iter(lengths)).isdigit()):
+        raise ValueError("a request must have at most one valid Content-Length")
+    return int(next(iter(lengths))) if lengths else 0
+
+
 def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
     """``host``, ``host:port`` or ``[v6]:port`` from a client's request; ``ValueError`` for anything else."""
     host, port_text = authority, ""
@@ -140,6 +157,12 @@ async def _answer(client: ByteStream, status: str, reason: str = "") -> None:
     )
     with anyio.move_on_after(5):
         await client.send(head.encode() + body)
+
+
+async def _close(stream: ByteStream) -> None:
+    """Close a client's stream, which also wakes a task waiting to read it."""
+    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+        await stream.aclose()
 
 
 class EgressProxy:
@@ -181,10 +204,21 @@ class EgressProxy:
             except ValueError as exc:
                 await _answer(client, "400 Bad Request", str(exc))
                 return
-            headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
-            request = "\r\n".join([f"{method} /{path} {version}", *headers, "Connection: close", "", ""])
+            try:
+                body = _body_framing(lines[1:])
+            except ValueError as exc:
+                await _answer(client, "400 Bad Request", str(exc))
+                return
+            # One request per connection, to the host it names: Host is the URL's authority (a foreign Host
+            # would reach another site on the same address), hop-by-hop headers go, and the client's
+            # connection ends with this exchange (nothing more it sends is read, so nothing escapes the check).
+            hop = ("proxy-", "connection:", "keep-alive:", "host:", "upgrade:", "te:")
+            headers = [h for h in lines[1:] if h and not h.lower().startswith(hop)]
+            request = "\r\n".join(
+                [f"{method} /{path} {version}", f"Host: {authority}", *headers, "Connection: close", "", ""]
+            )
             tls = scheme.lower() == "https"
-            await self._forward(client, reader, host, port, request.encode("latin-1"), tls=tls)
+            await self._forward(client, reader, host, port, request.encode("latin-1"), body, tls=tls)
 
     async def _why(self, client: ByteStream, target: str) -> None:
         """Why this run's last connection to ``?target=host:port`` was refused (empty: it was not). For clients
@@ -227,25 +261,40 @@ class EgressProxy:
             return None
         try:
             self.policy.check_name(host, port)
-            address = self.policy.check_addresses(host, port, await self._resolve(host, port))
+            addresses = await self._resolve(host, port)
+            self.policy.check_addresses(host, port, addresses)  # every address must pass, or none is tried
         except AddressRefused as exc:
             record.reason = exc.rule
             await _answer(client, "403 Forbidden", str(exc))
             return None
-        try:
-            with anyio.fail_after(CONNECT_TIMEOUT):
-                if tls:  # an https:// URL in absolute form (axios does this): TLS to the origin is ours to do
-                    upstream = await anyio.connect_tcp(
-                        str(address), port, ssl_context=_client_tls(), tls_hostname=host, tls_standard_compatible=False
-                    )
-                else:
-                    upstream = await anyio.connect_tcp(str(address), port)
-        except (OSError, TimeoutError, ssl.SSLError, anyio.BrokenResourceError) as exc:
-            record.reason = f"could not connect: {exc}"
-            await _answer(client, "502 Bad Gateway", f"connection to {host}:{port} failed: {exc}")
-            return None
-        record.allowed = True
-        return upstream, record
+        failure: BaseException | None = None
+        for address in addresses:  # the approved addresses in the resolver's order, never the name again
+            try:
+                with anyio.fail_after(CONNECT_TIMEOUT):
+                    if tls:  # an https:// URL in absolute form (axios does this): TLS to the origin is ours
+                        upstream = await anyio.connect_tcp(
+                            str(address),
+                            port,
+                            ssl_context=_client_tls(),
+                            tls_hostname=host,
+                            tls_standard_compatible=False,
+                        )
+                    else:
+                        upstream = await anyio.connect_tcp(str(address), port)
+            except (OSError, TimeoutError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+                failure = exc
+                continue
+            record.allowed = True
+            return upstream, record
+        record.reason = f"could not connect: {failure}"
+        await _answer(client, "502 Bad Gateway", f"connection to {host}:{port} failed: {failure}")
+        return None
+
+    def _read_size(self) -> int:
+        """Large reads (the copy is the proxy's main cost), but never far past the byte cap."""
+        if self.log.max_bytes is None:
+            return READ_BYTES
+        return max(1, min(READ_BYTES, self.log.max_bytes - self.log.bytes_total + 1))
 
     def _within_cap(self) -> bool:
         return self.log.max_bytes is None or self.log.bytes_total <= self.log.max_bytes
@@ -256,7 +305,7 @@ class EgressProxy:
         """Copy until either side ends or the run's byte cap is passed (what was read ahead goes first)."""
         try:
             while self._within_cap():
-                chunk = await source.receive()
+                chunk = await source.receive(self._read_size())
                 count(len(chunk))
                 await sink.send(chunk)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -280,7 +329,7 @@ class EgressProxy:
         async with upstream, anyio.create_task_group() as tg:
             tg.start_soon(self._pump, reader, upstream, out)
             await self._pump(upstream, client, into)
-            tg.cancel_scope.cancel()
+            await _close(client)  # the client's side ends with the origin's
 
     async def _tunnel(self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int) -> None:
         opened = await self._open(client, host, port)
@@ -291,15 +340,87 @@ class EgressProxy:
         await self._splice(client, reader, upstream, record)
 
     async def _forward(
-        self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int, request: bytes, *, tls: bool
+        self,
+        client: ByteStream,
+        reader: BufferedByteReceiveStream,
+        host: str,
+        port: int,
+        request: bytes,
+        body: int | None,
+        *,
+        tls: bool,
     ) -> None:
+        """One request in absolute form: its head and body (``body`` bytes, or chunked when None) to the
+        origin, then the origin's answer with ``Connection: close`` back until either side ends."""
         opened = await self._open(client, host, port, tls=tls)
         if opened is None:
             return
         upstream, record = opened
-        self.log.count(record, out=len(request))
-        await upstream.send(request)
-        await self._splice(client, reader, upstream, record)
+        async with upstream:
+            try:
+                self.log.count(record, out=len(request))
+                await upstream.send(request)
+                await self._send_body(reader, upstream, record, body)
+                response = BufferedByteReceiveStream(upstream)
+                head = await response.receive_until(b"\r\n\r\n", MAX_HEAD_BYTES)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError, ValueError):
+                return
+            except anyio.DelimiterNotFound:
+                await _answer(client, "502 Bad Gateway", f"{host}:{port} answered with a head over 32 KiB")
+                return
+            kept = [h for h in head.split(b"\r\n") if h and not h.lower().startswith((b"connection:", b"keep-alive:"))]
+            answer = b"\r\n".join([*kept, b"Connection: close", b"", b""])
+            self.log.count(record, into=len(head) + 4)
+            try:
+                await client.send(answer)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                return
+
+            def into(n: int) -> None:
+                self.log.count(record, into=n)
+
+            pumping = anyio.CancelScope()
+
+            async def client_gone() -> None:  # the client closes after the answer: so do we
+                with contextlib.suppress(Exception):
+                    while await client.receive():
+                        pass  # nothing more the client sends is read as a request
+                pumping.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client_gone)
+                with pumping:
+                    await self._pump(response, client, into)
+                await _close(client)  # ends client_gone's wait (closing, not cancelling: see _close)
+
+    async def _send_body(
+        self, reader: BufferedByteReceiveStream, upstream: ByteStream, record: Connection, body: int | None
+    ) -> None:
+        """The request's body, exactly as framed (``Content-Length`` bytes, or chunks up to the last one)."""
+        if body is not None:
+            left = body
+            while left > 0 and self._within_cap():
+                chunk = await reader.receive(min(left, READ_BYTES))
+                left -= len(chunk)
+                self.log.count(record, out=len(chunk))
+                await upstream.send(chunk)
+            return
+        while self._within_cap():
+            line = await reader.receive_until(b"\r\n", 1024)
+            size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+            data = line + b"\r\n"
+            if size == 0:  # the last chunk, then trailers up to an empty line
+                while True:
+                    trailer = await reader.receive_until(b"\r\n", MAX_HEAD_BYTES)
+                    data += trailer + b"\r\n"
+                    if not trailer:
+                        break
+                self.log.count(record, out=len(data))
+                await upstream.send(data)
+                return
+            data += await reader.receive_exactly(size + 2)
+            self.log.count(record, out=len(data))
+            await upstream.send(data)
 
 
 __all__ = ["Connection", "EgressLog", "EgressProxy", "resolve"]
