@@ -36,6 +36,7 @@ SECTIONS = [
     "memory",
     "packages",
     "load",
+    "egress",
 ]
 BUDGET_SECONDS = 300
 SECTION_TIMEOUT = 600
