@@ -8,7 +8,7 @@ error during a run is logged and treated as a miss.
 Modes of ``execute_code``'s ``cache`` parameter:
 
 - ``auto`` (default): replay an exact hit only if the host saw that run have no side effects (it
-  made no tool call, left no file, and was not granted the network, whatever the runner) and it
+  made no tool call, left no file, and opened no connection through the egress proxy, whatever the runner) and it
   ran less than ``cache_ttl`` seconds ago; otherwise run and store.
 - ``reuse``: replay any exact hit.
 - ``refresh``: run again and overwrite the stored result.

@@ -133,6 +133,7 @@ INFO = RunnerInfo(
     package_manager="Deno's npm cache (whitelisted npm packages)",
     default_for=("javascript", "typescript"),
     order=40,
+    keeps_off_network=True,  # the worker revokes Deno's net permission before a run without the network
     settings=("pool_size", "deno_dir", "limit_memory_mb"),
     awaitable_stubs="every stub returns a promise: `await server.tool({...})`, `Promise.all([...])`",
 )

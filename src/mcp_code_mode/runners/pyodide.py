@@ -271,6 +271,7 @@ INFO = RunnerInfo(
     packages="self",
     package_manager="micropip (whitelisted pure-Python wheels from PyPI, Pyodide's own packages)",
     order=30,
+    keeps_off_network=True,  # the JavaScript realm is sealed: Python has no fetch and no sockets
     settings=("pyodide_pool_size", "pyodide_max_memory_mb", "pyodide_index_url", "pyodide_cache_dir"),
     awaitable_stubs=PYTHON_AWAITABLE_RULE,
 )
