@@ -43,23 +43,19 @@ for a proven script with search_cached_scripts before writing a new one."""
 EXECUTE_CODE_HEAD = """\
 Run a script in a sandbox where every tool of the connected MCP servers is an ordinary function.
 
-Call tools as `server.tool(arg=value)`; results are the tool's structured content (a dict) or its
-text (parsed when JSON); a failing tool raises ToolError (catch it with `except ToolError as e`).
-`call_tool(server, tool, {...})` calls a tool by name. Print what you need to see, or end with an
-expression (or `final_answer(x)`) to return it as returnValue. `open()` works in the run's own
-workspace directory, which is deleted after the run.
+Python: call tools as `server.tool(arg=value)`; a failing tool raises ToolError (`except ToolError as e`).
+JavaScript and TypeScript run as an ES module (top-level await works): `await server.tool({ arg: value })`;
+a failing tool throws ToolError; `export default value` returns value; allowed npm packages
+(`require('axios')`) work; type errors do not stop a run. Results are the tool's structured content (a
+dict) or its text (parsed when JSON). `call_tool(server, tool, {...})` calls a tool by name. Print what you
+need to see, or end with an expression (or `final_answer(x)`) to return it as returnValue. `open()` works
+in the run's own workspace (deleted after the run).
 
 Discover tools with search_tools(query) and get exact signatures with get_tool_stubs(names=[...]).
-Successful scripts are cached: an identical script answers at once (cached: true) when its run had no
-side effects (no tool calls, no files written, no connection; cache="reuse" replays any stored
-run, cache="refresh" runs again); search_cached_scripts finds proven ones.
-
-Python: call tools as `server.tool(arg=value)`. JavaScript and TypeScript run as an ES module (top-level
-await works): call tools as `await server.tool({ arg: value })`; a failing tool throws ToolError;
-`export default value` returns value; allowed npm packages (`require('axios')`) work; type errors do not
-stop a run. Every script is sandboxed: it sees only its workspace, and the network only through the
-server's egress proxy (HTTP(S)_PROXY is set; private and loopback addresses are refused), when
-allowNetworking allows it. get_execution_limits tells what is in force."""
+An identical script whose run had no side effects (no tool calls, files or connections) answers from the
+cache (cached: true); cache="reuse" replays any stored run, "refresh" runs again; search_cached_scripts
+finds proven ones. Network: only via an egress proxy (no private addresses), if allowNetworking.
+get_execution_limits tells what is in force."""
 
 
 def result_text(result: RunResult) -> str:
@@ -259,17 +255,18 @@ class CodeModeServer(MCPServer[Any]):
                 free_form = (
                     tool.output_schema.get("additionalProperties") is True and "properties" not in tool.output_schema
                 )
-                update["output_schema"] = None if free_form else compact_schema(tool.output_schema)
+                update["output_schema"] = None if free_form else compact_output_schema(tool.output_schema)
             out.append(tool.model_copy(update=update))
         return out
 
 
 def compact_schema(schema: Any, *, inputs: bool = False) -> Any:
-    """A JSON Schema without pydantic's ``title`` noise; for ``inputs``, ``X | None`` written as ``X``.
+    """A JSON Schema without pydantic's ``title`` noise; for ``inputs``, ``X | None`` written as ``X`` and no
+    ``"default": null``.
 
     ``tools/list`` is read by the model on every turn: this keeps it small. Optional parameters keep
-    their ``default`` and the server still accepts ``null`` for them; output schemas keep ``null``
-    because clients validate results against them.
+    a default other than null and the server still accepts ``null`` for them; output schemas keep
+    ``null`` because clients validate results against them.
     """
     if isinstance(schema, list):
         return [compact_schema(item, inputs=inputs) for item in schema]  # pyright: ignore[reportUnknownVariableType]
@@ -279,16 +276,31 @@ def compact_schema(schema: Any, *, inputs: bool = False) -> Any:
     for key, value in schema.items():  # pyright: ignore[reportUnknownVariableType]
         if key == "title" and isinstance(value, str):
             continue
+        if inputs and key == "default" and value is None:  # an omitted argument is its default anyway
+            continue
         if key in ("properties", "$defs") and isinstance(value, dict):
             out[key] = {name: compact_schema(sub, inputs=inputs) for name, sub in value.items()}  # pyright: ignore[reportUnknownVariableType]
         else:
             out[key] = compact_schema(value, inputs=inputs)
     options = out.get("anyOf")
-    if inputs and isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:  # pyright: ignore[reportUnknownArgumentType]
-        other = next(o for o in options if o != {"type": "null"})  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(other, dict):
+    if inputs and isinstance(options, list) and {"type": "null"} in options:  # pyright: ignore[reportUnknownArgumentType]
+        others = [o for o in options if o != {"type": "null"}]  # pyright: ignore[reportUnknownVariableType]
+        if len(others) == 1 and isinstance(others[0], dict):
             del out["anyOf"]
-            out = {**other, **out}
+            out = {**others[0], **out}
+        else:
+            out["anyOf"] = others
+    return out
+
+
+def compact_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """An output schema for ``tools/list``: ``compact_schema``, and without the descriptions of the result
+    types themselves (class docstrings written for Python callers, not for a model)."""
+    out = compact_schema(schema)
+    out.pop("description", None)
+    for definition in (out.get("$defs") or {}).values():
+        if isinstance(definition, dict):
+            definition.pop("description", None)  # pyright: ignore[reportUnknownMemberType]
     return out
 
 
@@ -334,10 +346,7 @@ def build_server(
         ] = None,
         allowNetworking: Annotated[
             bool | list[str] | None,
-            Field(
-                description="true: the network, through the server's egress proxy and its policy; a list of hosts "
-                '(["api.github.com", "*.example.com:443"]): only those; false: none. Default: the server\'s policy.'
-            ),
+            Field(description='Network via the egress proxy: true, false, or only these hosts (["api.github.com"]).'),
         ] = None,
         description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
         runner: Annotated[

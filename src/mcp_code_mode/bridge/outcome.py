@@ -42,7 +42,8 @@ class FileEntry(BaseModel):
 
 
 class NetworkUse(BaseModel):
-    """What a run did through the egress proxy (the host counted it; the sandbox has no other way out)."""
+    # What a run did through the egress proxy, as the host counted it (no docstring: it would be in every
+    # tools/list, as the output schema's description).
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
