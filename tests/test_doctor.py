@@ -206,3 +206,18 @@ def test_without_deno_in_a_minimal_environment_the_doctor_ends_without_a_traceba
     assert "warn  deno        not found" in proc.stdout
     assert f"{tmp_path / 'cache'} does not exist yet and can be created" in proc.stdout
     assert proc.returncode in (0, 1) and proc.stdout.rstrip().splitlines()[-1].endswith("warnings")
+
+
+def test_the_network_finding_says_how_runs_reach_the_network_here() -> None:
+    from mcp_code_mode.doctor import check_network
+
+    opened = Settings(network_allow="*.github.com", network_allow_private="10.0.5.7:8080")
+    through = check_network(opened, namespaces=True)
+    assert through.status == "ok" and "egress proxy only" in through.detail
+    assert "*.github.com" in through.detail and "10.0.5.7:8080" in through.detail
+    refused = check_network(Settings(), namespaces=False)
+    assert refused.status == "warn" and "refused" in refused.detail
+    assert refused.fix is not None and "CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true" in refused.fix
+    unsandboxed = check_network(Settings(allow_unsandboxed_network=True), namespaces=False)
+    assert unsandboxed.status == "warn" and unsandboxed.detail.startswith("UNSANDBOXED")
+    assert check_network(Settings(allow_network=False), namespaces=False).status == "ok"

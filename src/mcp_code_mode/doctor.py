@@ -72,6 +72,32 @@ def check_bubblewrap(settings: Settings, bwrap: str | None) -> Finding:
     return Finding("ok", "bubblewrap", f"{bwrap}: namespaces work (isolation: namespaces)")
 
 
+def check_network(settings: Settings, namespaces: bool) -> Finding:
+    """How runs reach the network here: through the egress proxy, refused, or unsandboxed."""
+    if not settings.allow_network:
+        return Finding("ok", "network", "off for every run (CODE_MODE_ALLOW_NETWORK=false)")
+    policy = settings.egress_policy()
+    allowed = ", ".join(r.text for r in policy.allow) or "any public address"
+    private = ", ".join(r.text for r in policy.allow_private) or "none"
+    if namespaces:
+        detail = f"through the egress proxy only (allowed: {allowed}; private addresses opened: {private})"
+        return Finding("ok", "network", detail)
+    if settings.allow_unsandboxed_network:
+        return Finding(
+            "warn",
+            "network",
+            "UNSANDBOXED: no network namespace here, and runs with the network get the host's own network "
+            "(CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true)",
+            "install bubblewrap so that the egress proxy is a run's only way out",
+        )
+    return Finding(
+        "warn",
+        "network",
+        "no network namespace here: runs that ask for the network are refused",
+        "install bubblewrap, or set CODE_MODE_ALLOW_UNSANDBOXED_NETWORK=true to give them the host's network",
+    )
+
+
 def check_writable(topic: str, directory: Path, setting: str) -> Finding:
     """A folder the server writes to: writable if it exists, else creatable (nothing is created here)."""
     existing = directory
@@ -202,7 +228,9 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
         findings.extend(await _check_engine(config))
     settings = config.settings if config is not None else _settings_alone(config_path)
     findings.extend(runner_findings(settings))
-    findings.append(check_bubblewrap(settings, find_bwrap()))
+    bubblewrap = check_bubblewrap(settings, find_bwrap())
+    findings.append(bubblewrap)
+    findings.append(check_network(settings, bubblewrap.status == "ok" and settings.sandbox != "process"))
     findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))
     workspace = settings.workspace_dir or Path(tempfile.gettempdir())
     findings.append(check_writable("workspace", workspace, "CODE_MODE_WORKSPACE_DIR"))
