@@ -2,8 +2,9 @@
 
 ``detect_sandbox(settings)`` decides once, at start-up, what this host can do:
 
-- ``namespaces``: bubblewrap runs. Each worker gets new pid, ipc, uts, mount and cgroup namespaces
-  (and a new network namespace unless the run may use the network), a root built from read-only
+- ``namespaces``: bubblewrap runs. Each worker gets new pid, ipc, uts, mount, cgroup and network
+  namespaces (loopback only: a run with the network reaches the host's egress proxy through a Unix
+  socket bound in, see ``egress``), a root built from read-only
   binds of the interpreter and system libraries only, a size-limited tmpfs workspace and /tmp, and
   a non-root uid with no capabilities. As root the uid is a real unprivileged one (a user namespace
   would map it back to root, and the kernel would then ignore RLIMIT_NPROC); otherwise a user
