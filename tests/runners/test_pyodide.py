@@ -25,6 +25,7 @@ from mcp_code_mode.runners.pyodide import PyodideRunner
 from mcp_code_mode.server import build_server
 
 from ..conftest import alive, child_pids, filesystem_entry, fixture_entry, make_config, memory_entry
+from ..fixtures.loopback import loopback_server
 
 pytestmark = pytest.mark.anyio
 
@@ -462,3 +463,20 @@ async def _raw_run(engine: CodeMode, code: str, max_output: int) -> dict[str, An
             finally:
                 process.kill()
     return done
+
+
+async def test_a_remote_package_index_is_reached_through_the_egress_gate_and_nothing_else(tmp_path: Path) -> None:
+    """The worker's own fetch of Pyodide's packages goes through the proxy, opened to the index alone."""
+    with loopback_server() as index:
+        port = index.url.rsplit(":", 1)[1]
+        config = make_config(
+            {},
+            pyodide_index_url=index.url + "/",
+            network_allow_private=f"127.0.0.1:{port}",
+            workspace_dir=tmp_path / "runs",
+        )
+        async with CodeMode(config) as cm:
+            result = await cm.execute("import numpy", runner="pyodide", packages=["numpy"])
+        assert result.error is not None
+        requests = [line for line in index.connections if "numpy-" in line]
+        assert requests and requests[0].startswith("GET /numpy-") and "wasm32.whl" in requests[0]
