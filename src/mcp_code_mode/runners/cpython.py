@@ -33,7 +33,7 @@ def build(context: RunnerContext) -> ZygoteRunner:
         kind="cpython",
         sandbox=context.sandbox,
         pool_size=settings.cpython_pool_size,
-        default_profile=Profile(network=settings.allow_network),
+        default_profile=Profile(network=context.sandbox.network_by_default()),
         preload=PRELOAD,
         max_environments=settings.max_warm_environments,
     )

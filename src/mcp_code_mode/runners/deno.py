@@ -219,7 +219,7 @@ class DenoRunner(Declared):
             DenoDialect(),
             sandbox=sandbox,
             pool_size=pool_size,
-            default_profile=Profile(network=sandbox.settings.allow_network),
+            default_profile=Profile(network=sandbox.network_by_default()),
         )
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()

@@ -99,7 +99,7 @@ def build(context: RunnerContext) -> ZygoteRunner:
         kind="local",
         sandbox=context.sandbox,
         pool_size=settings.pool_size,
-        default_profile=Profile(network=settings.allow_network),
+        default_profile=Profile(network=context.sandbox.network_by_default()),
         preload=SAFE_IMPORTS,
         imports=authorized_imports,
         distributions=("smolagents",),

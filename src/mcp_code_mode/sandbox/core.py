@@ -198,6 +198,12 @@ class Sandbox:
         """Whether a run without networking is cut off from the network by the OS."""
         return False
 
+    def network_by_default(self) -> bool:
+        """Whether a run that does not say gets the network: the server's policy, where it can be given safely
+        (a network namespace, or ``CODE_MODE_ALLOW_UNSANDBOXED_NETWORK``). The warm pools' profile."""
+        settings = self.settings
+        return settings.allow_network and (self.network_enforced() or settings.allow_unsandboxed_network)
+
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         workspace = make_workspace(self.settings.workspace_dir)
         extra = profile.worker_arguments(profile.environment)
