@@ -319,3 +319,26 @@ async def test_the_executors_own_http_endpoint_is_refused(tmp_path: Path, cm: Co
     assert f"connection to 127.0.0.1:{port} refused: 127.0.0.1 is loopback" in result.output
     assert js.output.startswith("failed: 403 connection to 127.0.0.1")
     assert "POST /mcp" not in running.log_text()
+
+
+async def test_a_gate_belongs_to_its_workers_uid_alone(cm: CodeMode, opened: Upstream) -> None:
+    """As root, the gate's directory and socket are the worker's uid's, mode 0500 and 0600: another local user
+    (another worker's uid among them) cannot use a run's egress."""
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        pytest.skip("as another user the gate is simply this user's (mkdtemp's 0700)")
+    runner = cm.runners["cpython"]
+    await runner.ready()
+    specs = [w.spec for w in runner.pool.idle_workers if w.spec.egress is not None]  # pyright: ignore[reportAttributeAccessIssue]
+    assert specs
+    for spec in specs:
+        info = os.stat(spec.egress)
+        assert info.st_uid == spec.uid and stat.S_IMODE(info.st_mode) == 0o500
+    code = (
+        "import os, stat\ns = os.stat('/sandbox/egress/proxy.sock')\n"
+        "[s.st_uid == os.getuid(), oct(stat.S_IMODE(s.st_mode))]"
+    )
+    result = await cm.execute(code, runner="cpython", cache="off")
+    assert result.return_value == [True, "0o600"]

@@ -41,10 +41,13 @@ class NetworkGrant:
         return EgressLog(max_bytes=self.max_bytes, max_connections=self.max_connections)
 
 
-def make_gate_directory(parent: Path | None = None) -> Path:
-    """A fresh host directory for one worker's gate (searchable by the sandbox's uid, writable by us only)."""
-    directory = Path(os.path.realpath(tempfile.mkdtemp(prefix="cm-egress-", dir=parent)))
-    directory.chmod(0o711)
+def make_gate_directory(owner: int | None = None) -> Path:
+    """A fresh host directory for one worker's gate, private to this user, or (as root) to the worker's
+    uid ``owner`` (read-only inside the sandbox, so the run cannot touch the socket file either)."""
+    directory = Path(os.path.realpath(tempfile.mkdtemp(prefix="cm-egress-")))
+    if owner is not None:
+        os.chown(directory, owner, owner)
+        directory.chmod(0o500)
     return directory
 
 
@@ -97,9 +100,12 @@ class UnixStream(ByteStream):
 
 
 @contextlib.asynccontextmanager
-async def serve_unix(path: Path, handler: Callable[[ByteStream], Awaitable[None]]) -> AsyncGenerator[None]:
-    """Serve ``handler`` for each connection to a new Unix socket at ``path`` (mode 0666) until the block ends;
-    then no new connection is taken, open ones are closed, and handlers still running are cancelled."""
+async def serve_unix(
+    path: Path, handler: Callable[[ByteStream], Awaitable[None]], *, owner: int | None = None
+) -> AsyncGenerator[None]:
+    """Serve ``handler`` for each connection to a new Unix socket at ``path`` (mode 0600, owned by ``owner``
+    when given) until the block ends; then no new connection is taken, open ones are closed, and handlers
+    still running are cancelled."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     live: set[UnixStream] = set()
@@ -123,7 +129,9 @@ async def serve_unix(path: Path, handler: Callable[[ByteStream], Awaitable[None]
 
         server = await asyncio.start_unix_server(connected, path=str(path))
         try:
-            path.chmod(0o666)  # the sandbox's uid connects; only its sandbox sees the directory
+            if owner is not None:
+                os.chown(path, owner, owner)
+            path.chmod(0o600)  # the worker's uid alone connects (and root)
             yield
         finally:
             server.close()
@@ -135,10 +143,13 @@ async def serve_unix(path: Path, handler: Callable[[ByteStream], Awaitable[None]
 
 
 @contextlib.asynccontextmanager
-async def serve_gate(directory: Path, grant: NetworkGrant, log: EgressLog) -> AsyncGenerator[EgressProxy]:
-    """Serve ``grant`` on ``directory``'s socket for as long as the block lasts (one run)."""
+async def serve_gate(
+    directory: Path, grant: NetworkGrant, log: EgressLog, *, owner: int | None = None
+) -> AsyncGenerator[EgressProxy]:
+    """Serve ``grant`` on ``directory``'s socket for as long as the block lasts (one run); ``owner`` is the
+    worker's uid when it is not ours (as root)."""
     proxy = EgressProxy(grant.policy, log)
-    async with serve_unix(directory / SOCKET_NAME, proxy.handle):
+    async with serve_unix(directory / SOCKET_NAME, proxy.handle, owner=owner):
         yield proxy
 
 

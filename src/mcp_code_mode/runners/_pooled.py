@@ -255,13 +255,14 @@ class WorkerPools:
                 if not await worker.prepare(request.stubs):
                     raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
             channel = worker.run_channel()
-            grant = self.dialect.grant_for(request) if worker.spec.egress is not None else None
+            spec = worker.spec
+            grant = self.dialect.grant_for(request) if spec.egress is not None else None
             log = grant.log() if grant is not None else None
             async with contextlib.AsyncExitStack() as gate:
-                if grant is not None and log is not None and worker.spec.egress is not None:
+                if grant is not None and log is not None and spec.egress is not None:
                     # The gate opens before the run's message goes out and closes, with every connection it
                     # carried, when the run's channel is done: the next run of this worker starts with none.
-                    await gate.enter_async_context(serve_gate(worker.spec.egress, grant, log))
+                    await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
                 await worker.send({**self.dialect.run_message(request, worker), **extra})
                 worker.stubs_version = request.stubs.version
                 hosted = await serve_run(

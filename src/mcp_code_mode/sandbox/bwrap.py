@@ -154,7 +154,8 @@ class BwrapSandbox(Sandbox):
     def spec(self, worker_argv: list[str], profile: Profile) -> SandboxSpec:
         uid = self.uids.take()
         cgroup = self._cgroup(self.limits.memory_mb + ZYGOTE_MB)
-        gate = self.gate(profile)
+        owner = uid if self.as_root else None
+        gate = self.gate(profile, owner)
         script, rest = worker_argv[0], worker_argv[1:]
         argv = self._argv(uid=uid, profile=profile, command=rest, worker=script, cgroup=cgroup, gate=gate)
         return SandboxSpec(
@@ -166,6 +167,7 @@ class BwrapSandbox(Sandbox):
             host_pids=False,
             cgroup=cgroup,
             egress=gate,
+            egress_owner=owner if gate is not None else None,
         )
 
     def _cgroup(self, memory_mb: int) -> Path | None:
@@ -209,7 +211,8 @@ class BwrapSandbox(Sandbox):
             launch += ["--cgroup", SANDBOX_CGROUP]
         if self.as_root:
             launch += ["--drop", f"{uid}:{uid}"]
-        gate = self.gate(profile)
+        owner = uid if self.as_root else None
+        gate = self.gate(profile, owner)
         if gate is not None:
             binds.bind(str(gate), SANDBOX_EGRESS)
             launch += ["--egress", f"{SANDBOX_EGRESS}/{SOCKET_NAME}"]
@@ -224,6 +227,7 @@ class BwrapSandbox(Sandbox):
             host_pids=False,
             cgroup=cgroup,
             egress=gate,
+            egress_owner=owner if gate is not None else None,
         )
 
     def close(self) -> None:

@@ -125,6 +125,8 @@ class SandboxSpec:
     """The worker's own memory cgroup (removed when it is gone)."""
     egress: Path | None = None
     """The host directory of the worker's egress gate (``egress.serve_gate``), for a profile with the network."""
+    egress_owner: int | None = None
+    """The uid that owns the gate's directory and socket, when it is not the server's (as root: the worker's)."""
 
     def cleanup(self) -> None:
         if self.workspace is not None:
@@ -215,9 +217,9 @@ class Sandbox:
             argv=argv, env=sandbox_environment(str(workspace)), cwd=workspace, workspace=workspace, egress=gate
         )
 
-    def gate(self, profile: Profile) -> Path | None:
+    def gate(self, profile: Profile, owner: int | None = None) -> Path | None:
         """A new egress gate directory for a worker of ``profile``, if its runs may use the network."""
-        return make_gate_directory() if profile.network else None
+        return make_gate_directory(owner) if profile.network else None
 
     def command_spec(
         self,
