@@ -62,7 +62,8 @@ def website() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
-    config = make_config({}, cache_dir=tmp_path_factory.mktemp("cache"))
+    # The page on loopback stands for example.com: opened to the egress proxy.
+    config = make_config({}, cache_dir=tmp_path_factory.mktemp("cache"), network_allow_private="127.0.0.1")
     async with Client(build_server(CodeMode(config)), mode="legacy") as c:
         yield c
 

@@ -397,6 +397,12 @@ async function run(message: RunMessage): Promise<void> {
 const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
 const realFetch = globalThis.fetch;
 
+/** A proxy variable, if this worker may read it (`--allow-env` names them) and it is set. */
+function proxyVariable(name: string): string | undefined {
+  if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") return undefined;
+  return Deno.env.get(name);
+}
+
 /** `fetch` that says why the egress proxy refused a tunnel: Deno reports only "unsuccessful tunnel", so the
  * worker asks the proxy (`http://egress.invalid/refusal`, answered by the host, never resolved) and puts
  * the host and the rule in the error. Everything else is the real `fetch`. */
@@ -427,13 +433,11 @@ async function main(): Promise<void> {
   output.reset();
   // The environment a script sees: the egress proxy's variables alone (set by cm_launch.py when the run
   // may use the network, naming the forwarder to the host's proxy; npm clients such as axios read them).
-  process.env = Object.fromEntries(
-    PROXY_VARIABLES.flatMap((name) => {
-      const value = Deno.env.get(name);
-      return value ? [[name, value]] : [];
-    }),
-  );
-  if (Deno.env.get("HTTPS_PROXY")) globalThis.fetch = explainingFetch;
+  process.env = Object.fromEntries(PROXY_VARIABLES.flatMap((name) => {
+    const value = proxyVariable(name);
+    return value ? [[name, value]] : [];
+  }));
+  if (proxyVariable("HTTPS_PROXY")) globalThis.fetch = explainingFetch;
   Deno.exit = exitWith;
   process.exit = exitWith as typeof process.exit;
   await import(`data:application/typescript;base64,${encodeBase64("export const warm: number = 1;")}`);
