@@ -21,8 +21,8 @@ import threading
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 BYPASS_VARIABLES = ("NO_PROXY", "no_proxy")
-_CHUNK = 1 << 16
-_BUFFERED = 1 << 18
+_CHUNK = 1 << 18
+_BUFFERED = 1 << 20
 """Bytes held for one direction before reading from its source pauses."""
 _NO_GATE = (
     b"HTTP/1.1 502 no egress gate: the network is open only while a run that may use it runs\r\n"
