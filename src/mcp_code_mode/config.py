@@ -105,6 +105,20 @@ class Settings(BaseModel):
     session waits), so this bounds how long one check can stall the others."""
     max_tool_calls: int = Field(default=10_000, gt=0)
     """Tool calls allowed in one run; the next one raises ``ToolError``."""
+    max_concurrent_calls: int = Field(default=16, ge=1)
+    """Tool calls of one run answered at once (the rest wait their turn, answered in order to each caller)."""
+    policy: Literal["explicit", "annotations"] = "explicit"
+    """``explicit``: only the servers file's ``policy`` entries decide (the rest: each server's ``default``);
+    ``annotations``: a tool without an entry is decided by its MCP annotations (``readOnlyHint`` → allow,
+    ``destructiveHint`` or ``openWorldHint`` → ask, none → the server's default)."""
+    approval_timeout: float = Field(default=120.0, gt=0)
+    """Seconds a gated call waits for the person's answer; then it is denied (the wait is not run time)."""
+    plan_ttl: float = Field(default=3600.0, gt=0)
+    """Seconds a plan (``execute_code`` with ``mode="plan"``) can be approved for."""
+    audit_days: float = Field(default=30.0, gt=0)
+    """Days the audit log keeps each tool call."""
+    audit_tool: bool = False
+    """Offer the ``get_audit_log`` tool (operators decide whether a model may read the audit log)."""
     max_concurrent_runs: int | None = Field(default=None, ge=1)
     """Runs that may run at once; others wait in the queue. Default: four per core, within the memory budget
     (``memory_budget_mb`` / ``limit_memory_mb``)."""
