@@ -21,6 +21,9 @@ class ToolInfo:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     title: str | None = None
+    annotations: dict[str, Any] | None = None
+    """The tool's MCP annotations as its server sent them (``readOnlyHint``, ``destructiveHint``, ...):
+    untrusted hints, used only where the operator asks (``CODE_MODE_POLICY=annotations``)."""
 
     @functools.cached_property
     def schema_hash(self) -> str:
@@ -38,6 +41,7 @@ class ToolInfo:
             input_schema=dict(tool.input_schema or {}),
             output_schema=dict(tool.output_schema) if tool.output_schema else None,
             title=tool.title,
+            annotations=tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None,
         )
 
 
