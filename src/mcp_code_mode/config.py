@@ -32,6 +32,7 @@ from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from .errors import ConfigError
+from .governance.policy import ServerPolicy
 
 if TYPE_CHECKING:
     from .egress.policy import EgressPolicy
@@ -80,6 +81,10 @@ class ServerConfig(BaseModel):
     """Seconds allowed for start-up alone, when it needs longer (or shorter) than ``timeout``."""
     description: str | None = None
     """One line shown to the model in ``execute_code``'s description."""
+    policy: ServerPolicy | None = None
+    """Which of the server's tools a run may call: allow, ask (a person approves) or deny, per tool pattern,
+    with conditions on the arguments and call caps (``governance/policy.py``). None: every tool is allowed
+    (with ``CODE_MODE_POLICY=annotations``, decided by its annotations)."""
     base_dir: Path = Path(".")
     """Directory of the servers file; relative ``cwd`` values are resolved against it."""
 
@@ -430,6 +435,7 @@ SERVER_FIELDS = (
     "timeout",
     "startupTimeout",
     "description",
+    "policy",
 )
 """The fields a server entry may have (``startup_timeout`` is accepted for ``startupTimeout``)."""
 TOP_LEVEL_KEYS = ("servers", "mcpServers", "inputs", "$schema")
