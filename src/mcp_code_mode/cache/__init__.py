@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..errors import UnsupportedError
+from .audit import DECISIONS, AuditEntry, AuditLog, Decision, arguments_digest, parse_since, preview
 from .describe import ToolUse, derive_description
 from .embed import Embedder, HashingEmbedder, StaticEmbedder, make_embedder
 from .keys import KEY_VERSION, KeyContext, code_key, full_key, keyed_code, runner_identity, stubs_digest
@@ -176,7 +177,11 @@ class ScriptCache:
 
 __all__ = [
     "CACHE_MODES",
+    "DECISIONS",
+    "AuditEntry",
+    "AuditLog",
     "CacheMode",
+    "Decision",
     "Embedder",
     "HashingEmbedder",
     "KEY_VERSION",
@@ -188,12 +193,15 @@ __all__ = [
     "StaticEmbedder",
     "StoredScript",
     "ToolUse",
+    "arguments_digest",
     "check_mode",
     "code_key",
     "derive_description",
     "full_key",
     "keyed_code",
     "make_embedder",
+    "parse_since",
+    "preview",
     "runner_identity",
     "stubs_digest",
 ]

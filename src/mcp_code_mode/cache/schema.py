@@ -79,6 +79,42 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE scripts ADD COLUMN network_use TEXT;
     """,
+    # 4: the audit log (``audit.AuditLog``: one row per tool call a run asked for, whatever was decided) and
+    # the plans a client may approve (bound to a code hash and a client, until ``expires_at``, used once).
+    """
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        client TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        code_hash TEXT NOT NULL,
+        run_hash TEXT,
+        server TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        arguments_digest TEXT NOT NULL,
+        preview TEXT NOT NULL,
+        decision TEXT NOT NULL,
+        ms REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        error TEXT
+    );
+    CREATE INDEX audit_at ON audit(at);
+    CREATE INDEX audit_run_id ON audit(run_id);
+    CREATE INDEX audit_code_hash ON audit(code_hash);
+    CREATE INDEX audit_run_hash ON audit(run_hash);
+    CREATE INDEX audit_server_tool ON audit(server, tool);
+
+    CREATE TABLE plans (
+        id TEXT PRIMARY KEY,
+        code_hash TEXT NOT NULL,
+        client TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        calls TEXT NOT NULL DEFAULT '[]',
+        used_at REAL
+    );
+    CREATE INDEX plans_expires ON plans(expires_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
