@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 Decision = Literal["allow", "ask", "deny"]
@@ -255,9 +255,7 @@ class ToolRule(BaseModel):
     """What a policy entry decides for the tools its pattern matches (``"ask"`` is short for
     ``{"decision": "ask"}``)."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
     decision: Decision
     """``allow``, ``ask`` (a person approves each call) or ``deny``, when every ``when`` condition holds."""
@@ -265,9 +263,9 @@ class ToolRule(BaseModel):
     """Conditions on the arguments, keyed by JSON pointer; all must hold."""
     otherwise: Literal["ask", "deny"] = "deny"
     """The decision when a ``when`` condition fails (or its pointer names nothing)."""
-    max_per_run: int | None = Field(default=None, gt=0, alias="maxPerRun")
+    max_per_run: int | None = Field(default=None, gt=0, validation_alias=AliasChoices("maxPerRun", "max_per_run"))
     """Calls of each matching tool that one run may make."""
-    per_minute: int | None = Field(default=None, gt=0, alias="perMinute")
+    per_minute: int | None = Field(default=None, gt=0, validation_alias=AliasChoices("perMinute", "per_minute"))
     """Calls of each matching tool that all runs together may make in any 60 seconds."""
 
     _pointers: tuple[tuple[str, tuple[str, ...], ArgumentCondition], ...] = PrivateAttr(default=())
