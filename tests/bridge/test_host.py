@@ -170,3 +170,58 @@ async def test_a_done_with_an_oversize_value_ends_truncated() -> None:
     assert hosted.ended == "done"
     assert hosted.outcome.truncated
     assert isinstance(hosted.outcome.return_value, str) and len(hosted.outcome.return_value) == 200
+
+
+class Slow:
+    """A dispatcher whose calls wait ``seconds`` each, recording how many were being answered at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.now = 0
+        self.most = 0
+
+    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        await anyio.sleep(self.seconds)
+        self.now -= 1
+        return {"value": arguments.get("n")}
+
+
+def calls(count: int) -> list[bytes | dict[str, Any]]:
+    return [{"op": "call", "id": i, "server": "fx", "tool": "slow", "arguments": {"n": i}} for i in range(1, count + 1)]
+
+
+async def test_calls_sent_together_are_answered_together_within_the_bound_each_by_its_id() -> None:
+    slow = Slow(0.2)
+    worker = FakeWorker([*calls(6), DONE])
+    hosted = await serve_run(worker, slow, timeout=10, max_output=1000, max_calls=4)
+    assert hosted.ended == "done"
+    assert slow.most == 4  # four at once, never more
+    assert sorted((m["id"], m["value"]) for m in worker.sent) == [(i, i) for i in range(1, 7)]
+    one = Slow(0.01)
+    await serve_run(FakeWorker([*calls(3), DONE]), one, timeout=10, max_output=1000, max_calls=1)
+    assert one.most == 1
+
+
+async def test_time_given_back_by_the_clock_does_not_count_against_the_timeout() -> None:
+    from mcp_code_mode.bridge import RunClock
+
+    class Waits:
+        def __init__(self, clock: RunClock) -> None:
+            self.clock = clock
+
+        async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+            with self.clock.stopped():
+                await anyio.sleep(0.6)  # as if waiting for a person's answer
+            return {"value": 1}
+
+    # The fake sends its done at once; the call it did not wait for finishes within the run's time, or not.
+    clock = RunClock()
+    waited = FakeWorker([*calls(1), DONE])
+    await serve_run(waited, Waits(clock), timeout=0.4, max_output=1000, clock=clock)
+    assert waited.sent == [{"op": "result", "id": 1, "value": 1}]  # the deadline stood still while it waited
+    assert clock.paused == pytest.approx(0.6, abs=0.3)
+    cut = FakeWorker([*calls(1), DONE])
+    await serve_run(cut, Slow(0.6), timeout=0.4, max_output=1000)
+    assert cut.sent == []  # the same wait without the clock: cut off at 0.4 s

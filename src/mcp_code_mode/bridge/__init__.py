@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
-from .host import HostRun, RunChannel, serve_run
+from .host import HostRun, RunChannel, RunClock, serve_run
 from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
 from .outcome import ErrorDetail, FileEntry, NetworkUse, RunResult
 
@@ -28,6 +28,7 @@ __all__ = [
     "NetworkUse",
     "Output",
     "RunChannel",
+    "RunClock",
     "RunResult",
     "ToolCallRecord",
     "ToolDispatcher",

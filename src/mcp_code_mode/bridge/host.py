@@ -1,16 +1,22 @@
 """The one host loop: what the host does with a run's channel while the run goes on.
 
 Every runner hands its run channel to ``serve_run``. It reads only what a run may say (see
-``messages``): tool calls are answered through the dispatcher, output is kept up to the cap and
-passed on, and the first valid ``done`` ends the run; nothing is read after it. Anything malformed
-ends the run with a ``ProtocolError`` outcome. The loop never raises for what the run sent.
+``messages``): tool calls are answered through the dispatcher, up to ``max_calls`` of them at once
+(each answer goes to its caller by id, as soon as it is ready), output is kept up to the cap and
+passed on, and the first valid ``done`` ends the run; nothing is read after it, and calls still being
+answered are abandoned. Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never
+raises for what the run sent.
+
+The run's timeout is a ``RunClock``, which stands still while the run waits for a person (an approval).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -40,6 +46,42 @@ class CallHandler(Protocol):
 Ended = Literal["done", "closed", "timeout", "refused"]
 
 
+class RunClock:
+    """A run's deadline, which stands still while the run waits for a person (``paused``)."""
+
+    def __init__(self) -> None:
+        self._scope: anyio.CancelScope | None = None
+        self._waiting = 0
+        self._since = 0.0
+        self._left = 0.0
+        self.paused = 0.0
+        """Seconds the clock stood still so far."""
+
+    def attach(self, scope: anyio.CancelScope) -> None:
+        self._scope = scope
+        if self._waiting:
+            self._left, scope.deadline = scope.deadline - anyio.current_time(), math.inf
+
+    @contextlib.contextmanager
+    def stopped(self) -> Generator[None]:
+        """While the block runs (however many at once), the run's time stands still."""
+        now = anyio.current_time()
+        self._waiting += 1
+        if self._waiting == 1:
+            self._since = now
+            if self._scope is not None:
+                self._left, self._scope.deadline = self._scope.deadline - now, math.inf
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+            if self._waiting == 0:
+                now = anyio.current_time()
+                self.paused += now - self._since
+                if self._scope is not None:
+                    self._scope.deadline = now + self._left
+
+
 @dataclass
 class HostRun:
     ended: Ended
@@ -55,8 +97,11 @@ async def serve_run(
     timeout: float,
     max_output: int,
     on_output: Callable[[str], Awaitable[None]] | None = None,
+    max_calls: int = 16,
+    clock: RunClock | None = None,
 ) -> HostRun:
-    """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds."""
+    """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus
+    the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once."""
     output: list[str] = []
     kept = 0
     started = time.perf_counter()
@@ -64,39 +109,63 @@ async def serve_run(
     outcome = RunResult(
         success=False, error=ErrorDetail("TimeoutError", f"the run did not finish within {timeout * 1000:.0f} ms")
     )
-    with anyio.move_on_after(timeout):
-        try:
-            while True:
-                raw = await channel.receive()
-                if raw is None:
-                    ended, outcome = "closed", RunResult(success=False)
-                    break
-                message = parse_run_message(raw)
-                if isinstance(message, Output):
-                    data = message.data[: max(0, max_output - kept)]
-                    kept += len(data)
-                    output.append(data)
-                    if data and on_output is not None:
-                        await on_output(data)
-                elif isinstance(message, Call):
-                    reply = await dispatcher.handle(message.server, message.tool, message.arguments)
-                    try:
-                        await channel.send({"op": "result", "id": message.id, **reply})
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+    slots = anyio.CapacityLimiter(max(1, max_calls))
+    sending = anyio.Lock()
+    closed = anyio.Event()
+
+    async def answer(message: Call) -> None:
+        async with slots:
+            reply = await dispatcher.handle(message.server, message.tool, message.arguments)
+        async with sending:
+            try:
+                await channel.send({"op": "result", "id": message.id, **reply})
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                closed.set()
+
+    with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+        if clock is not None:
+            clock.attach(scope)
+        async with anyio.create_task_group() as calls:
+
+            async def watch_closed() -> None:  # the run's end of the channel broke while answering
+                await closed.wait()
+                if ended != "done":
+                    calls.cancel_scope.cancel()
+
+            calls.start_soon(watch_closed)
+            try:
+                while True:
+                    raw = await channel.receive()
+                    if raw is None:
                         ended, outcome = "closed", RunResult(success=False)
                         break
-                else:
-                    ended = "done"
-                    outcome = RunResult(
-                        success=message.success,
-                        return_value=message.return_value,
-                        error=message.error,
-                        files=message.files,
-                        truncated=message.dropped > 0,
-                    )
-                    break
-        except ProtocolError as exc:
-            ended, outcome = "refused", RunResult(success=False, error=ErrorDetail("ProtocolError", str(exc)))
+                    message = parse_run_message(raw)
+                    if isinstance(message, Output):
+                        data = message.data[: max(0, max_output - kept)]
+                        kept += len(data)
+                        output.append(data)
+                        if data and on_output is not None:
+                            await on_output(data)
+                    elif isinstance(message, Call):
+                        calls.start_soon(answer, message)
+                    else:
+                        ended = "done"
+                        outcome = RunResult(
+                            success=message.success,
+                            return_value=message.return_value,
+                            error=message.error,
+                            files=message.files,
+                            truncated=message.dropped > 0,
+                        )
+                        break
+            except ProtocolError as exc:
+                ended, outcome = "refused", RunResult(success=False, error=ErrorDetail("ProtocolError", str(exc)))
+            if ended == "done":  # calls the script did not wait for still finish (within the timeout)
+                closed.set()  # the watcher goes without cancelling them
+            else:
+                calls.cancel_scope.cancel()  # calls still being answered belong to a run that is over
+        if closed.is_set() and ended == "timeout":
+            ended, outcome = "closed", RunResult(success=False)
     outcome.output = "".join(output)
     outcome.truncated = outcome.truncated or kept >= max_output
     outcome.return_value, cut = cap_value(outcome.return_value, max_output)

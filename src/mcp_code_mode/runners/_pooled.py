@@ -271,6 +271,8 @@ class WorkerPools:
                     timeout=request.timeout,
                     max_output=request.max_output,
                     on_output=request.on_output,
+                    max_calls=request.max_concurrent_calls,
+                    clock=request.clock,
                 )
             result = hosted.outcome
             if log is not None:

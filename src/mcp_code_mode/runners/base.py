@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..bridge import ErrorDetail, FileEntry, RunResult, ToolDispatcher
+from ..bridge import ErrorDetail, FileEntry, RunClock, RunResult, ToolDispatcher
 from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
@@ -68,6 +68,10 @@ class RunRequest:
     the end calls it once with everything. ``RunResult.output`` still holds the whole output."""
     packages: tuple[str, ...] = ()
     """Packages the request asked for (``packages`` of ``execute_code``); runners that take none get ()."""
+    max_concurrent_calls: int = 16
+    """Tool calls of the run answered at once (``CODE_MODE_MAX_CONCURRENT_CALLS``)."""
+    clock: RunClock | None = None
+    """The run's deadline, which time spent waiting for a person's approval does not use up."""
 
 
 PackageKind = Literal["none", "environment", "self"]

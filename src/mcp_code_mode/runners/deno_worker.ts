@@ -163,15 +163,17 @@ function callTool(server: string, tool: string, args: unknown = {}): Promise<unk
   } catch (error) {
     return Promise.reject(new TypeError(`the arguments of ${server}.${tool} must be JSON values: ${error}`));
   }
-  const message = parse(tools.requestSync(server, tool, payload)) as Message;
-  const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
-  if (error) {
-    failure.message = error.message ?? "the tool failed";
-    failure.server = error.server ?? null;
-    failure.tool = error.tool ?? null;
-    return Promise.reject(failure);
-  }
-  return Promise.resolve(message.value ?? null);
+  return tools.request(server, tool, payload).then((line) => {
+    const message = parse(line) as Message;
+    const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
+    if (error) {
+      failure.message = error.message ?? "the tool failed";
+      failure.server = error.server ?? null;
+      failure.tool = error.tool ?? null;
+      throw failure;
+    }
+    return message.value ?? null;
+  });
 }
 
 /** Define a property (never a setter call: a tool or server may be called `__proto__`). */

@@ -215,13 +215,47 @@ export function isJsonObject(value: unknown): value is { [key: string]: Json } {
 
 export class ToolChannel {
   private nextId = 0;
+  private readonly waiting = new Map<number, (line: string) => void>();
+  private reading = false;
 
   constructor(private readonly writer: MessageWriter, private readonly reader: LineReader, private readonly output: Output) {}
 
-  /** Send a call and block until the host answers it; its `result` line, unparsed. (The host answers
-   * a run's calls one at a time, in order, so an awaited call is answered the same way.) The host
-   * writes the answer compactly, `op` and `id` first (`bridge.encode`): a line that starts that way is
-   * taken as it is, so a large result is parsed once, by whoever reads it, not twice. */
+  /** Send a call now and wait, in the event loop, for its `result` line (unparsed). Calls made together
+   * (`Promise.all`) are all sent at once; the host answers several at a time, each with its id, in the
+   * order they finish, and one reader hands each line to its caller. */
+  request(server: string, tool: string, args: { [key: string]: Json }): Promise<string> {
+    this.output.flush();
+    const id = ++this.nextId;
+    this.writer.line(
+      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}}`,
+    );
+    const answered = new Promise<string>((resolve) => this.waiting.set(id, resolve));
+    void this.readAnswers();
+    return answered;
+  }
+
+  private async readAnswers(): Promise<void> {
+    if (this.reading) return;
+    this.reading = true;
+    try {
+      while (this.waiting.size > 0) {
+        const line = await this.reader.next();
+        const id = resultId(line);
+        const resolve = id === null ? undefined : this.waiting.get(id);
+        if (resolve !== undefined) {
+          this.waiting.delete(id!);
+          resolve(line);
+        }
+      }
+    } finally {
+      this.reading = false;
+    }
+  }
+
+  /** Send a call and block until the host answers it; its `result` line, unparsed (a caller that cannot
+   * wait in the event loop: Pyodide's synchronous stubs). The host writes the answer compactly, `op` and
+   * `id` first (`bridge.encode`): a line that starts that way is taken as it is, so a large result is
+   * parsed once, by whoever reads it, not twice. */
   requestSync(server: string, tool: string, args: { [key: string]: Json }): string {
     this.output.flush();
     const id = ++this.nextId;
@@ -236,6 +270,14 @@ export class ToolChannel {
       if (message?.op === "result" && message.id === id) return line;
     }
   }
+}
+
+/** The id of a `result` line, or null for any other line. */
+function resultId(line: string): number | null {
+  const fast = /^\{"op":"result","id":(\d+),/.exec(line);
+  if (fast) return Number(fast[1]);
+  const message = parseMessage(line);
+  return message?.op === "result" && typeof message.id === "number" ? message.id : null;
 }
 
 // ----- return values --------------------------------------------------------------------------------
