@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from .policy import (
+    MISSING,
     ArgumentCondition,
     Decision,
     PolicyBook,
@@ -25,6 +26,7 @@ from .policy import (
 )
 
 __all__ = [
+    "MISSING",
     "ArgumentCondition",
     "Decision",
     "PolicyBook",

@@ -142,24 +142,25 @@ def parse_pointer(pointer: str) -> tuple[str, ...]:
     return tuple(t.replace("~1", "/").replace("~0", "~") for t in tokens)
 
 
-_MISSING = object()
+MISSING = object()
+"""What ``resolve_pointer`` returns for a pointer that names nothing."""
 
 
 def resolve_pointer(document: object, tokens: tuple[str, ...]) -> object:
-    """The value ``tokens`` name in ``document``, or ``_MISSING`` (an absent key, an index out of range or
+    """The value ``tokens`` name in ``document``, or ``MISSING`` (an absent key, an index out of range or
     not in canonical form, ``-``, or a step into something that is neither an object nor an array)."""
     current = document
     for token in tokens:
         if isinstance(current, Mapping):
             if token not in current:
-                return _MISSING
+                return MISSING
             current = current[token]  # pyright: ignore[reportUnknownVariableType]
         elif isinstance(current, list | tuple):
             if not re.fullmatch(r"0|[1-9][0-9]*", token) or int(token) >= len(current):  # pyright: ignore[reportUnknownArgumentType]
-                return _MISSING
+                return MISSING
             current = current[int(token)]  # pyright: ignore[reportUnknownVariableType]
         else:
-            return _MISSING
+            return MISSING
     return current  # pyright: ignore[reportUnknownVariableType]
 
 
@@ -222,7 +223,7 @@ class ArgumentCondition(BaseModel):
 
     def failure(self, pointer: str, value: object) -> str | None:
         """Why ``value`` (at ``pointer``) fails this condition, or None when it holds."""
-        if value is _MISSING:
+        if value is MISSING:
             return f"{pointer} is missing"
         if self.min is not None or self.max is not None:
             if isinstance(value, bool) or not isinstance(value, int | float):
