@@ -82,14 +82,17 @@ class ToolDispatcher:
     index: StubIndex
     max_calls: int
     calls: list[ToolCallRecord] = field(default_factory=list)
+    started: int = 0
+    """Calls begun (several may be in flight at once: the cap counts these, not the finished ones)."""
 
     async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
         """Answer one ``call`` message: ``{"value": ...}`` or ``{"error": {"message", "server", "tool"}}``."""
         spec = self.index.tool(server, tool)
         real_server, real_tool = (spec.server, spec.name) if spec else (server, tool)
         where = {"server": real_server, "tool": real_tool}
-        if len(self.calls) >= self.max_calls:
+        if self.started >= self.max_calls:
             return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
+        self.started += 1
         if not isinstance(arguments, dict):
             return {"error": {"message": "arguments must be an object (a dict)", **where}}
         if spec is None:

@@ -273,6 +273,7 @@ class CodeMode:
             preload=plan.package_imports if prepared.environment else (),
             packages=plan.requirements,
             on_output=on_output,
+            max_concurrent_calls=settings.max_concurrent_calls,
         )
         dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
 
