@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 
 from . import __version__
+from ._audit_cli import add_audit_parser, run_audit_command
 from ._cache_cli import add_cache_parser, run_cache_command
 from .cache import CACHE_MODES
 from .config import CodeModeConfig, Settings, load_environment
@@ -99,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--config", type=Path, help=CONFIG_HELP)
 
     add_cache_parser(sub)
+    add_audit_parser(sub)
     return parser
 
 
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _setup_logging("CRITICAL")
         return report(anyio.run(diagnose, args.config), sys.stdout)
-    if args.command == "cache":
+    if args.command in ("cache", "audit"):
         return _cache(args)
     try:
         config = CodeModeConfig.load(args.config)
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """The cache commands need settings only: no servers file, no servers started."""
+    """The cache and audit commands need settings only: no servers file, no servers started."""
     try:
         settings = Settings.from_env(load_environment(config=args.config))
     except ConfigError as exc:
@@ -161,7 +163,7 @@ def _cache(args: argparse.Namespace) -> int:
         return 2
     _setup_logging("WARNING")
     try:
-        return run_cache_command(settings, args)
+        return (run_audit_command if args.command == "audit" else run_cache_command)(settings, args)
     except CodeModeError as exc:
         print(f"mcp-code-mode: {exc}", file=sys.stderr)
         return 1
