@@ -8,7 +8,7 @@ import logging
 import warnings
 from collections.abc import AsyncGenerator, Generator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 from weakref import WeakKeyDictionary
 
 import anyio
@@ -28,6 +28,7 @@ from . import __version__
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
+from .governance.approvals import ApprovalForm, Choice, Elicit
 from .presentation import describe_runners, describe_servers, execution_limits, runner_choices, supported_languages
 
 logger = logging.getLogger(__name__)
@@ -361,6 +362,11 @@ def build_server(
                 json_schema_extra={"enum": list(CACHE_MODES)},
             ),
         ] = "auto",
+        mode: Annotated[
+            Literal["run", "plan"],
+            Field(description="plan: record calls that need approval instead of making them (returns a planId)."),
+        ] = "run",
+        approvePlan: Annotated[str | None, Field(description="Run this code with that plan's calls approved.")] = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.settings.stream_output_after_ms / 1000
@@ -379,6 +385,9 @@ def build_server(
                     on_progress=reporter.progress if reporter else None,
                     cache=cache,
                     client=client_of(ctx),
+                    mode=mode,
+                    approve_plan=approvePlan,
+                    elicit=elicitor(ctx),
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
                 return refused(exc, language, engine.runner_for(language, runner))
@@ -421,6 +430,26 @@ def build_server(
 
 
 Json = dict[str, Any]
+
+
+def elicitor(ctx: Context | None) -> Elicit | None:
+    """How to ask this client's person about a gated call (an MCP elicitation in form mode), or None for a
+    client that did not declare the elicitation capability."""
+    if ctx is None:
+        return None
+    try:
+        session = ctx.request_context.session
+        able = session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))
+    except (AttributeError, LookupError, ValueError):
+        return None
+    if not able:
+        return None
+
+    async def elicit(message: str) -> Choice | None:
+        answer = await ctx.elicit(message, ApprovalForm)
+        return answer.data.decision if answer.action == "accept" else None
+
+    return elicit
 
 
 def client_of(ctx: Context | None) -> str:

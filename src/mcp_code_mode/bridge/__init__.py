@@ -14,12 +14,13 @@ from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
 from .host import HostRun, RunChannel, RunClock, serve_run
 from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
-from .outcome import ErrorDetail, FileEntry, NetworkUse, RunResult
+from .outcome import CallEntry, ErrorDetail, FileEntry, NetworkUse, PlanResult, RunResult
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_MESSAGE_BYTES",
     "Call",
+    "CallEntry",
     "Done",
     "ErrorDetail",
     "FileEntry",
@@ -27,6 +28,7 @@ __all__ = [
     "LineChannel",
     "NetworkUse",
     "Output",
+    "PlanResult",
     "RunChannel",
     "RunClock",
     "RunResult",

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 
 from ..downstream.pool import ToolPool
+from ..downstream.tools import ToolInfo
 from ..errors import DownstreamError
 from ..stubs.index import StubIndex
 
@@ -72,6 +74,33 @@ class ToolCallRecord:
     ok: bool
     ms: float
     schema_hash: str | None
+    decision: str = "allowed"
+    """What the gate decided: ``allowed``, ``approved``, ``denied``, ``planned``, ``over_cap``, ``refused``."""
+    error: str | None = None
+    called: bool = True
+    """Whether the call reached its server (a planned, denied or refused call did not)."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A gate's answer about one call: let it through, answer it without calling, or refuse it."""
+
+    decision: str = "allowed"
+    error: str | None = None
+    """Refuse with this ``ToolError`` message."""
+    answered: bool = False
+    value: Any = None
+    """With ``answered``: the call's value, given without calling the tool (a planned call's placeholder)."""
+
+
+class CallGate(Protocol):
+    """What decides each call before it reaches its server (``engine._gate.RunGate``: policy, approvals, plans)."""
+
+    async def admit(self, tool: ToolInfo, arguments: dict[str, Any], position: int) -> Admission: ...
+
+
+CallObserver = Callable[[ToolCallRecord, dict[str, Any]], None]
+"""Told of every call once it is answered, with its arguments (the audit log)."""
 
 
 @dataclass
@@ -84,35 +113,57 @@ class ToolDispatcher:
     calls: list[ToolCallRecord] = field(default_factory=list)
     started: int = 0
     """Calls begun (several may be in flight at once: the cap counts these, not the finished ones)."""
+    gate: CallGate | None = None
+    observe: CallObserver | None = None
+
+    @property
+    def reached(self) -> list[ToolCallRecord]:
+        """The calls that reached a server (what makes a run not replayable, and what its hash names)."""
+        return [c for c in self.calls if c.called]
 
     async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
-        """Answer one ``call`` message: ``{"value": ...}`` or ``{"error": {"message", "server", "tool"}}``."""
+        """Answer one ``call`` message: ``{"value": ...}`` or ``{"error": {"message", "server", "tool"}}``.
+
+        Every name a script can use (a stub, ``call_tool`` with the original or the sanitised names, any
+        casing the index accepts) resolves here to the server's original names first; the gate decides on
+        those, so no spelling gets around a policy."""
         spec = self.index.tool(server, tool)
         real_server, real_tool = (spec.server, spec.name) if spec else (server, tool)
         where = {"server": real_server, "tool": real_tool}
         if self.started >= self.max_calls:
             return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
         self.started += 1
+        position = self.started
         if not isinstance(arguments, dict):
             return {"error": {"message": "arguments must be an object (a dict)", **where}}
         if spec is None:
             return {"error": {"message": self._unknown(server, tool), **where}}
         started = time.perf_counter()
-        ok = False
+        record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
         try:
+            admission = await self.gate.admit(spec.info, arguments, position) if self.gate else Admission()
+            record.decision = admission.decision
+            if admission.error is not None:
+                record.error = admission.error
+                return {"error": {"message": admission.error, **where}}
+            if admission.answered:
+                record.ok = True
+                return {"value": admission.value}
+            record.called = True
             result = await self.pool.call_tool(real_server, real_tool, arguments)
             if result.is_error:
-                return {"error": {"message": error_text(result), **where}}
-            ok = True
+                record.error = error_text(result)
+                return {"error": {"message": record.error, **where}}
+            record.ok = True
             return {"value": result_to_value(result)}
         except DownstreamError as exc:
-            return {"error": {"message": str(exc), **where}}
+            record.error = str(exc)
+            return {"error": {"message": record.error, **where}}
         finally:
-            self.calls.append(
-                ToolCallRecord(
-                    real_server, real_tool, ok, (time.perf_counter() - started) * 1000, spec.info.schema_hash
-                )
-            )
+            record.ms = (time.perf_counter() - started) * 1000
+            self.calls.append(record)
+            if self.observe is not None:
+                self.observe(record, arguments)
 
     def _unknown(self, server: str, tool: str) -> str:
         spec = self.index.server(server)

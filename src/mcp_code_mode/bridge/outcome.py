@@ -66,6 +66,28 @@ class NetworkUse(BaseModel):
         return bool(self.hosts or self.refused or self.bytes_out or self.bytes_in)
 
 
+class CallEntry(BaseModel):
+    # One tool call of a run and what the host decided (no docstring: it would be in every tools/list).
+    server: str
+    tool: str
+    decision: str
+    """``allowed``, ``approved``, ``denied``, ``planned``, ``over_cap`` or ``refused``."""
+    ms: int = 0
+
+
+class PlanResult(BaseModel):
+    # A plan (mode="plan"): the calls that need approval, recorded instead of made.
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    plan_id: str = Field(validation_alias=AliasChoices("planId", "plan_id"), serialization_alias="planId")
+    calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    expires_in: int = Field(
+        default=0, validation_alias=AliasChoices("expiresIn", "expires_in"), serialization_alias="expiresIn"
+    )
+    """Seconds left to approve it (``approvePlan``)."""
+    error: str | None = None
+
+
 class RunResult(BaseModel):
     """The outcome of one ``execute_code`` call (also its MCP output schema)."""
 
@@ -100,6 +122,10 @@ class RunResult(BaseModel):
     """Files the script left in its workspace (the workspace is deleted after the run)."""
     network: NetworkUse | None = None
     """The run's traffic through the egress proxy; None when the run had no network."""
+    calls: list[CallEntry] = Field(default_factory=list[CallEntry])
+    """The run's tool calls (the first 200) with the host's decision about each."""
+    plan: PlanResult | None = None
+    """For ``mode="plan"``: the gated calls recorded and the plan's id."""
 
 
 def failed(type_: str, message: str, line: int | None = None) -> RunResult:

@@ -10,9 +10,13 @@ progress and the runner), the result. The façade holds the parts; callers use i
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import sqlite3
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +24,17 @@ from typing import Any
 import anyio
 
 from ..admission import Admission
-from ..bridge import ErrorDetail, RunResult, ToolDispatcher
+from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
+from ..bridge.dispatcher import CallObserver, ToolCallRecord
 from ..cache import ScriptCache, StoredScript, ToolUse
+from ..cache.audit import AuditEntry, AuditLog
 from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
+from ..errors import UnsupportedError
+from ..governance import PolicyBook, RateLimiter
+from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
@@ -33,13 +42,17 @@ from ..runners.registry import build_runners, default_runners
 from ..sandbox import detect_sandbox
 from ..stubs import StubIndex
 from ..validate import oversize
-from ._caching import CacheStage
+from ._caching import CacheStage, Keyed
 from ._environment import prepare
+from ._gate import RunGate, RunMode
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, plan_run, resolve, validate_packages
 from ._stubs import StubBook
 
 logger = logging.getLogger(__name__)
+
+MAX_CALLS_SHOWN = 200
+"""Tool calls a result lists with their decisions (``toolCalls`` counts them all)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,12 @@ class CodeMode:
             settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
         self._cache = CacheStage(self.scripts, network_observed=self.sandbox.network_enforced())
+        self.policy = PolicyBook({name: entry.policy for name, entry in config.servers.items()}, settings.policy)
+        """Each server's tool policy (the servers file's ``policy`` entries, ``CODE_MODE_POLICY``)."""
+        self.rate = RateLimiter()
+        """Per-minute rates of tools across runs."""
+        self.audit: AuditLog | None = None
+        """The audit log and the plans, in the cache database (None when it cannot be opened)."""
         self.tool_search = ToolSearch(self.embedder)
 
     @classmethod
@@ -97,6 +116,7 @@ class CodeMode:
     async def __aenter__(self) -> CodeMode:
         started: list[Runner] = []
         await anyio.to_thread.run_sync(self.scripts.open)
+        await anyio.to_thread.run_sync(self._open_audit)
         load = getattr(self.embedder, "load", None)
         if load is not None:  # read the model's weights now, off the first run's path (~0.5 s)
             threading.Thread(target=load, name="embedder-load", daemon=True).start()
@@ -145,7 +165,19 @@ class CodeMode:
                 await runner.aclose()
             self.sandbox.close()
             self.scripts.close()
+            if self.audit is not None:
+                self.audit.close()
             self.tool_search.close()
+
+    def _open_audit(self) -> None:
+        try:
+            self.audit = AuditLog(self.scripts.path)
+            self.audit.prune(self.settings.audit_days)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning(
+                "the audit log is off (and plans cannot be kept): %s cannot be used: %s", self.scripts.path, exc
+            )
+            self.audit = None
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -203,6 +235,9 @@ class CodeMode:
         on_progress: ProgressCallback | None = None,
         cache: str = "auto",
         client: str = "library",
+        mode: RunMode = "run",
+        approve_plan: str | None = None,
+        elicit: Elicit | None = None,
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
 
@@ -215,6 +250,11 @@ class CodeMode:
 
         ``client`` names who asks (an MCP session): runs wait for a slot of ``admission`` first, within that
         client's share; ``ServerBusy`` when there is no room even to queue.
+
+        Each tool call passes the servers' policy (``governance``): ``mode="plan"`` records the calls that
+        need approval instead of making them (the result's ``plan``); ``approve_plan`` runs the same code with
+        that plan's calls approved; ``elicit`` asks the person about any other gated call (None: a client that
+        cannot be asked, whose gated calls are refused saying how to plan them).
 
         ``on_output`` receives printed output as it is printed (the result still holds all of it);
         ``on_progress`` receives a ``RunProgress`` when the run starts and every
@@ -242,6 +282,9 @@ class CodeMode:
         chosen = plan.runner
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
+        approved = await self._approved_calls(approve_plan, mode, keyed.key, client)
+        if mode == "plan" or approve_plan is not None:  # a plan or its approval is never a replay
+            keyed = Keyed(dataclasses.replace(plan, mode="off"), keyed.key)
         hit = await self._cache.lookup(keyed, started)
         if hit is not None:  # a replay reports once, all at once: its output and where it is
             if on_output is not None and hit.output:
@@ -275,27 +318,106 @@ class CodeMode:
             on_output=on_output,
             max_concurrent_calls=settings.max_concurrent_calls,
         )
-        dispatcher = ToolDispatcher(self.pool, self.index, settings.max_tool_calls)
+        clock = RunClock()
+        request = dataclasses.replace(request, clock=clock)
+        approver = (
+            Approver(elicit, timeout=settings.approval_timeout, description=description, clock=clock)
+            if elicit is not None
+            else None
+        )
+        gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved)
+        run_id = uuid.uuid4().hex
+        dispatcher = ToolDispatcher(
+            self.pool, self.index, settings.max_tool_calls, gate=gate, observe=self._auditor(client, run_id, keyed.key)
+        )
 
         async def queued(ahead: int) -> None:
             if on_progress is not None:
                 await on_progress(RunProgress(time.perf_counter() - started, 0, queued=ahead))
 
         async with self.admission.slot(client, settings.limit_memory_mb, queued):
-            result = await reporting(
-                lambda: chosen.run(request, dispatcher),
-                on_progress,
-                lambda: len(dispatcher.calls),
-                started=started,
-                interval=settings.progress_interval_ms / 1000,
-            )
+            async with approver.running() if approver is not None else contextlib.nullcontext():
+                result = await reporting(
+                    lambda: chosen.run(request, dispatcher),
+                    on_progress,
+                    lambda: len(dispatcher.calls),
+                    started=started,
+                    interval=settings.progress_interval_ms / 1000,
+                )
         result.language, result.runner = plan.language, chosen.name
         result.tool_calls = len(dispatcher.calls)
+        result.calls = [
+            CallEntry(server=c.server, tool=c.tool, decision=c.decision, ms=round(c.ms))
+            for c in dispatcher.calls[:MAX_CALLS_SHOWN]
+        ]
         result.install_time = prepared.install_ms
         result.cached = False
-        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.calls})
+        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
         result.hash = await self._cache.store(keyed, result, tools, description)
+        if self.audit is not None and dispatcher.calls:
+            await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
+        if mode == "plan":
+            result.plan = await self._save_plan(gate, keyed.key, client)
+        if approve_plan is not None and self.audit is not None:
+            await anyio.to_thread.run_sync(self.audit.mark_plan_used, approve_plan)
         return result
+
+    async def _approved_calls(
+        self, plan_id: str | None, mode: RunMode, code_hash: str, client: str
+    ) -> list[dict[str, Any]]:
+        """The calls of the plan ``approvePlan`` names, after checking it is this code's and this client's."""
+        if plan_id is None:
+            return []
+        if mode == "plan":
+            raise UnsupportedError('approvePlan runs a plan: it does not go with mode="plan"')
+        if self.audit is None:
+            raise UnsupportedError("plans cannot be kept here: the cache database cannot be used")
+        stored = await anyio.to_thread.run_sync(self.audit.load_plan, plan_id)
+        if stored is None or stored["client"] != client:
+            raise UnsupportedError(f"unknown or expired plan {plan_id!r} (plans last CODE_MODE_PLAN_TTL seconds)")
+        if stored.get("usedAt") is not None:
+            raise UnsupportedError(f"plan {plan_id!r} was already approved and run; make a new plan")
+        if stored["codeHash"] != code_hash:
+            raise UnsupportedError(
+                f"plan {plan_id!r} was made for other code (or another language, runner, packages or network "
+                'policy): run this code with mode="plan" to plan it'
+            )
+        return list(stored["calls"])
+
+    async def _save_plan(self, gate: RunGate, code_hash: str, client: str) -> PlanResult:
+        calls = [c.to_json() for c in gate.planned]
+        plan_id = f"plan-{uuid.uuid4().hex[:16]}"
+        ttl = self.settings.plan_ttl
+        if self.audit is None:
+            return PlanResult(plan_id="", calls=calls, expires_in=0, error="plans cannot be kept here")
+        await anyio.to_thread.run_sync(lambda: self.audit.save_plan(plan_id, code_hash, client, ttl, calls))  # pyright: ignore[reportOptionalMemberAccess]
+        return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
+
+    def _auditor(self, client: str, run_id: str, code_hash: str) -> CallObserver | None:
+        """Record each call of a run in the audit log as it is answered (committed at once: kill -9 loses none)."""
+        audit = self.audit
+        if audit is None:
+            return None
+
+        def observe(record: ToolCallRecord, arguments: dict[str, Any]) -> None:
+            entry = AuditEntry.of_call(
+                server=record.server,
+                tool=record.tool,
+                arguments=arguments,
+                decision=record.decision,  # pyright: ignore[reportArgumentType]
+                client=client,
+                run_id=run_id,
+                code_hash=code_hash,
+                ms=record.ms,
+                ok=record.ok,
+                error=record.error,
+            )
+            try:
+                audit.record(entry)
+            except sqlite3.Error:
+                logger.exception("the audit log could not record a call of run %s", run_id)
+
+        return observe
 
     async def validate(
         self, language: str, code: str, *, runner: str | None = None, packages: list[str] | None = None

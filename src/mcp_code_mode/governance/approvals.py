@@ -15,13 +15,19 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
 
-from ..bridge import RunClock
+
+class Clock(Protocol):
+    """The run's clock (``bridge.RunClock``): it stands still while ``stopped()`` lasts."""
+
+    def stopped(self) -> AbstractContextManager[None]: ...
+
 
 Choice = Literal["allow_once", "allow_run", "deny"]
 Elicit = Callable[[str], Awaitable["Choice | None"]]
@@ -101,7 +107,7 @@ class Approver:
         *,
         timeout: float,
         description: str | None = None,
-        clock: RunClock | None = None,
+        clock: Clock | None = None,
         window: float = 0.05,
     ) -> None:
         self._elicit = elicit
