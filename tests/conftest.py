@@ -104,7 +104,7 @@ def alive(pid: int) -> bool:
     try:  # a zombie still answers kill(0); it is gone for our purposes
         with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
             return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # it went between the two looks (read() says ESRCH)
         return False
 
 
