@@ -7,11 +7,13 @@ The server layer's own module: it reads the engine's public facts (``CodeMode.ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .discovery import first_sentence
 from .engine import CodeMode
 from .runners import LANGUAGE_ALIASES
+from .stubs.index import ToolSpec
 
 SERVER_EXAMPLES = 4
 """Tool names shown per server in ``execute_code``'s description; the rest are found with search_tools."""
@@ -35,6 +37,15 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         "maxToolCallsPerRun": settings.max_tool_calls,
         "admission": engine.load(),
         "network": network_facts(engine, enforced),
+        "policy": {
+            **engine.policy.describe(),
+            "approvals": {
+                "timeoutS": settings.approval_timeout,
+                "how": "a call that asks waits while the client asks the person (MCP elicitation); a client "
+                'without elicitation gets ToolError: run with mode="plan", then approvePlan=<planId>',
+                "planTtlS": settings.plan_ttl,
+            },
+        },
         "isolation": isolation,
         "requireIsolation": settings.require_isolation,
         "runners": {
@@ -146,8 +157,33 @@ def describe_servers(engine: CodeMode) -> str:
             continue
         names = ", ".join(t.func for t in spec.tools[:SERVER_EXAMPLES])
         more = ", …" if len(spec.tools) > SERVER_EXAMPLES else ""
-        lines.append(f"{head} ({len(spec.tools)} tools: {names}{more})")
-    return "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
+        lines.append(f"{head} ({len(spec.tools)} tools: {names}{more}){gated_note(engine, spec.tools)}")
+    text = "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
+    if any(gated_note(engine, spec.tools) for spec in engine.index.servers):
+        text += (
+            '\nA call that asks waits for the person\'s approval (deny: ToolError). mode="plan" records such calls'
+            " instead (result: plan.planId); approvePlan=<planId> then runs the same code with them approved."
+        )
+    return text
+
+
+def gated_note(engine: CodeMode, tools: Sequence[ToolSpec]) -> str:
+    """`` [asks: a, b; denies: c]`` for a server whose policy gates some of its tools, else empty."""
+    decisions: dict[str, list[str]] = {"ask": [], "deny": [], "conditional": []}
+    for tool in tools:
+        decision = engine.policy_of(tool.server, tool.name)
+        if decision in decisions:
+            decisions[decision].append(tool.func)
+    parts = [
+        f"{label}: {', '.join(names[:SERVER_EXAMPLES])}{', …' if len(names) > SERVER_EXAMPLES else ''}"
+        for label, names in (
+            ("asks", decisions["ask"]),
+            ("denies", decisions["deny"]),
+            ("depends", decisions["conditional"]),
+        )
+        if names
+    ]
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 __all__ = ["describe_runners", "describe_servers", "execution_limits", "runner_choices", "supported_languages"]

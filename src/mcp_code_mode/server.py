@@ -55,7 +55,7 @@ in the run's own workspace (deleted after the run).
 Discover tools with search_tools(query) and get exact signatures with get_tool_stubs(names=[...]).
 An identical script whose run had no side effects (no tool calls, files or connections) answers from the
 cache (cached: true); cache="reuse" replays any stored run, "refresh" runs again; search_cached_scripts
-finds proven ones. Network: only via an egress proxy (no private addresses), if allowNetworking.
+finds proven ones. Network: only via an egress proxy (no private addresses).
 get_execution_limits tells what is in force."""
 
 
@@ -294,12 +294,20 @@ def compact_schema(schema: Any, *, inputs: bool = False) -> Any:
     return out
 
 
+LOOSE_OUTPUT_TYPES = frozenset({"NetworkUse", "CallEntry", "PlanResult"})
+"""Result parts described in the tool's description, not in its schema: ``{"type": "object"}`` there."""
+
+
 def compact_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """An output schema for ``tools/list``: ``compact_schema``, and without the descriptions of the result
-    types themselves (class docstrings written for Python callers, not for a model)."""
+    """An output schema for ``tools/list``: ``compact_schema``, without the descriptions of the result types
+    themselves (class docstrings written for Python callers, not for a model), and the parts a model
+    reads about in the description (network use, calls, plan) as plain objects."""
     out = compact_schema(schema)
     out.pop("description", None)
-    for definition in (out.get("$defs") or {}).values():
+    definitions: dict[str, Any] = out.get("$defs") or {}
+    for name in LOOSE_OUTPUT_TYPES & set(definitions):
+        definitions[name] = {"type": "object"}
+    for definition in definitions.values():
         if isinstance(definition, dict):
             definition.pop("description", None)  # pyright: ignore[reportUnknownMemberType]
     return out
@@ -337,13 +345,11 @@ def build_server(
         code: Annotated[str, Field(description="The script to run.")],
         packages: Annotated[
             list[str] | None,
-            Field(
-                description='Whitelisted packages (see list_allowed_packages): ["requests", "numpy>=1.26"], ["axios"].'
-            ),
+            Field(description='Allowed packages (list_allowed_packages), e.g. ["requests", "numpy>=1.26"].'),
         ] = None,
         timeout: Annotated[
             int | None,
-            Field(description="Timeout in milliseconds (default and maximum: see get_execution_limits)."),
+            Field(description="Timeout in ms (default and maximum: get_execution_limits)."),
         ] = None,
         allowNetworking: Annotated[
             bool | list[str] | None,
@@ -357,16 +363,12 @@ def build_server(
         cache: Annotated[
             str,
             Field(
-                description="auto: replay a side-effect-free identical run; reuse: replay any; "
-                "refresh: run and overwrite; off.",
+                description="auto: replay a side-effect-free identical run; reuse: any; refresh: run again; off.",
                 json_schema_extra={"enum": list(CACHE_MODES)},
             ),
         ] = "auto",
-        mode: Annotated[
-            Literal["run", "plan"],
-            Field(description="plan: record calls that need approval instead of making them (returns a planId)."),
-        ] = "run",
-        approvePlan: Annotated[str | None, Field(description="Run this code with that plan's calls approved.")] = None,
+        mode: Annotated[Literal["run", "plan"], Field(description="plan: record gated calls, not make them.")] = "run",
+        approvePlan: Annotated[str | None, Field(description="A planId: run with its calls approved.")] = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.settings.stream_output_after_ms / 1000
@@ -423,10 +425,39 @@ def build_server(
     ) -> str:
         """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
         with tool_errors():
-            return engine.stubs(language, [server] if server else None, names)
+            servers = [server] if server else None
+            return engine.policy_notes(language, servers, names) + engine.stubs(language, servers, names)
 
     register_discovery_tools(server, engine)
+    if engine.settings.audit_tool:
+        register_audit_tool(server, engine)
     return server
+
+
+def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:
+    """``get_audit_log``, offered only with ``CODE_MODE_AUDIT_TOOL=true`` (operators decide whether a model
+    may read which tools were called, by whom, with what)."""
+
+    @server.tool(name="get_audit_log")
+    async def get_audit_log(
+        run: Annotated[str | None, Field(description="A run's hash (or its first 8+ characters).")] = None,
+        tool: Annotated[str | None, Field(description="A tool, or a glob over server.tool.")] = None,
+        since: Annotated[str | None, Field(description="ISO 8601 time, or an age such as 15m, 2h, 3d.")] = None,
+        limit: Annotated[int, Field(ge=1, le=500)] = 50,
+    ) -> Json:
+        """Tool calls of past runs, newest first: time, client, run, server, tool, decision, ms, success and a
+        shortened (redacted) preview of the arguments."""
+        from .cache.audit import parse_since
+
+        if engine.audit is None:
+            raise ToolError("the audit log is off: the cache database cannot be used")
+        try:
+            moment = parse_since(since) if since else None
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
+        audit = engine.audit
+        entries = await anyio.to_thread.run_sync(lambda: audit.query(run=run, tool=tool, since=moment, limit=limit))
+        return {"entries": entries}
 
 
 Json = dict[str, Any]

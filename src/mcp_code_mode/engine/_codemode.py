@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -208,6 +209,49 @@ class CodeMode:
         """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         self._refresh()
         return self._stubs.render(language, servers, names)
+
+    def policy_of(self, server: str, tool: str) -> str:
+        """What the policy says of a tool before seeing its arguments: ``allow``, ``ask``, ``deny``, ``conditional``."""
+        info = self.pool.find(server, tool)
+        return self.policy.static(server, tool, info.annotations if info else None)
+
+    def policy_notes(self, language: str, servers: list[str] | None = None, names: list[str] | None = None) -> str:
+        """A comment for ``get_tool_stubs`` naming the tools among these that ask for approval or are denied."""
+        from ..discovery import select_tools
+
+        index = self.index
+        if names:
+            chosen = [t for tools in select_tools(index, names).values() for t in tools]
+        else:
+            chosen = [t for srv in index.servers if not servers or srv.name in servers for t in srv.tools]
+        words = {"ask": "asks for approval", "deny": "is denied", "conditional": "asks or is denied, by its arguments"}
+        notes = [f"{t.qualified} {words[d]}" for t in chosen if (d := self.policy_of(t.server, t.name)) in words]
+        if not notes:
+            return ""
+        mark = "#" if language == "python" else "//"
+        return "\n".join(f"{mark} policy: {note}" for note in notes) + "\n"
+
+    def policy_findings(self, code: str) -> list[dict[str, Any]]:
+        """``validate_code`` findings for calls to tools the policy denies (found by name, as a script spells them)."""
+        index = self.index
+        findings: list[dict[str, Any]] = []
+        for number, line in enumerate(code.splitlines(), 1):
+            named = [(m.group(1), m.group(2)) for m in _STUB_CALL.finditer(line)]
+            named += [(m.group(2), m.group(3)) for m in _NAMED_CALL.finditer(line)]
+            for server, tool in named:
+                spec = index.tool(server, tool)
+                if spec is None or self.policy_of(spec.server, spec.name) != "deny":
+                    continue
+                verdict = self.policy.decide(spec.server, spec.name, spec.info.annotations, {})
+                findings.append(
+                    {
+                        "line": number,
+                        "column": 1,
+                        "kind": "policy",
+                        "message": f"denied: {spec.server}.{verdict.reason}",
+                    }
+                )
+        return findings
 
     # ----- execution ------------------------------------------------------------------------
 
@@ -440,7 +484,7 @@ class CodeMode:
             package_imports=self.whitelist.imports_for(list(requirements)) if lang == "python" else (),
             max_bytes=max_bytes,
         )
-        findings = await chosen.check(request)
+        findings = [*await chosen.check(request), *self.policy_findings(code)]
         return {"language": lang, "runner": chosen.name, "supported": True, "valid": not findings, "findings": findings}
 
     # ----- what the server layer shows ------------------------------------------------------
@@ -488,7 +532,13 @@ class CodeMode:
     def search_tools(
         self, query: str, *, server: str | None = None, detail: str = "summary", limit: int = 10
     ) -> dict[str, Any]:
-        return self.tool_search.search(self.index, self.pool.version, query, server=server, detail=detail, limit=limit)
+        found = self.tool_search.search(self.index, self.pool.version, query, server=server, detail=detail, limit=limit)
+        for tool in found.get("tools", []):
+            spec = self.index.tool(*str(tool["tool"]).split(".", 1))
+            decision = self.policy_of(spec.server, spec.name) if spec is not None else "allow"
+            if decision != "allow":
+                tool["policy"] = decision  # ask: the call waits for approval; deny: it is refused
+        return found
 
     async def search_scripts(self, query: str, language: str | None = None, limit: int = 5) -> list[Any]:
         return await anyio.to_thread.run_sync(self.scripts.search, query, language, limit)
@@ -506,6 +556,12 @@ class CodeMode:
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""
         return {"source": self.whitelist.source, **self.whitelist.listing(language)}
+
+
+_STUB_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(")
+"""``namespace.tool(`` as a script calls a stub."""
+_NAMED_CALL = re.compile(r"\b(call_tool|callTool)\s*\(\s*[\"']([^\"']+)[\"']\s*,\s*[\"']([^\"']+)[\"']")
+"""``call_tool("server", "tool", ...)`` with literal names."""
 
 
 def _jsonable(value: Any) -> Any:
