@@ -3,7 +3,8 @@
 The servers file accepts the ``servers`` key (VS Code) and the ``mcpServers`` key (Claude Desktop).
 An entry is stdio (``command``, ``args``, ``env``, ``cwd``) or streamable HTTP (``url``,
 ``headers``); either may set ``disabled``, ``timeout`` (seconds, for start-up and each call),
-``startupTimeout`` (seconds, start-up only) and ``description``. Any other field (or top-level key besides
+``startupTimeout`` (seconds, start-up only), ``description`` and ``policy`` (which of its tools a script may
+call, must ask for, or may not call: ``governance.policy``). Any other field (or top-level key besides
 ``servers``, ``mcpServers``, VS Code's ``inputs`` and ``$schema``) is an error naming the nearest valid one.
 
 String values may use ``${VAR}`` and ``${VAR:-default}``; variables come from the process
