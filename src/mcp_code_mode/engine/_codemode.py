@@ -52,6 +52,8 @@ from ._stubs import StubBook
 
 logger = logging.getLogger(__name__)
 
+AUDIT_PRUNE_EVERY = 3600.0
+"""Seconds between removals of audit entries older than ``CODE_MODE_AUDIT_DAYS`` (and at start-up)."""
 MAX_CALLS_SHOWN = 200
 """Tool calls a result lists with their decisions (``toolCalls`` counts them all)."""
 
@@ -103,6 +105,7 @@ class CodeMode:
         """Per-minute rates of tools across runs."""
         self.audit: AuditLog | None = None
         """The audit log and the plans, in the cache database (None when it cannot be opened)."""
+        self._pruned_at = time.monotonic()
         self.tool_search = ToolSearch(self.embedder)
 
     @classmethod
@@ -400,6 +403,9 @@ class CodeMode:
         result.hash = await self._cache.store(keyed, result, tools, description)
         if self.audit is not None and dispatcher.calls:
             await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
+        if self.audit is not None and time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
+            self._pruned_at = time.monotonic()
+            await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
         if mode == "plan":
             result.plan = await self._save_plan(gate, keyed.key, client)
         if approve_plan is not None and self.audit is not None:
