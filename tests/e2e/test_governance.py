@@ -194,11 +194,6 @@ async def test_allow_once_approves_one_call_and_the_next_gated_call_asks_again(s
     assert [(c["server"], c["tool"]) for c in data["calls"][1:]] == [("filesystem", "write_file")] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="governance/approvals.py question() puts the run's description (written by the model that wrote the "
-    "script) into the message as it is: its newlines add lines that read like the calls being approved",
-)
 async def test_a_description_cannot_add_calls_to_the_question(s: Setup) -> None:
     target = s.notes / "spoofed.txt"
     spoof = (
@@ -357,12 +352,6 @@ FAN_OUT_PY = "import asyncio\nawait asyncio.gather(*[fixture.echo(text=str(i)) f
 FIFTY = [{"result": str(i)} for i in range(50)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the host answers at most CODE_MODE_MAX_CONCURRENT_CALLS (16) calls at once and a call waiting for "
-    "approval holds its slot (bridge/host.py serve_run), so a Promise.all of 50 gated calls reaches the Approver "
-    "at most 16 at a time: with allow_once the person is asked 4 or 5 times (questions of at most 16 calls)",
-)
 async def test_fifty_gated_calls_made_together_in_javascript_are_one_question(s: Setup) -> None:
     data = await run(s.asking, FAN_OUT_JS, "javascript")
     assert data["returnValue"] == FIFTY
@@ -532,12 +521,6 @@ async def test_a_plan_is_refused_for_other_code_another_client_or_an_unknown_id(
     assert note.read_text(encoding="utf-8") == "the note"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/_codemode.py checks usedAt when the approving run starts and marks the plan used only after "
-    "the run ended (mark_plan_used's answer is ignored), so two runs approving one plan at the same time both "
-    "make its calls",
-)
 async def test_a_plan_approved_twice_at_the_same_time_makes_its_calls_once(s: Setup) -> None:
     code = "x = fixture.echo(text='only once')\nfixture.slow(seconds=0.5)\nx"
     plan_id = (await run(s.mute, code, mode="plan"))["plan"]["planId"]
@@ -554,11 +537,6 @@ async def test_a_plan_approved_twice_at_the_same_time_makes_its_calls_once(s: Se
     assert sum(1 for r in results if r["error"] and "already approved" in r["error"]["message"]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/_codemode.py marks a plan used after its approving run returns: a run cancelled after it made "
-    "the plan's calls leaves the plan unused, and approving it again makes the calls again",
-)
 async def test_a_cancelled_approval_uses_up_its_plan(s: Setup) -> None:
     code = "x = fixture.echo(text='cancelled')\nif 'planned' not in x:\n    fixture.slow(seconds=30)\nx"
     planned = await s.engine.execute(code, mode="plan", cache="off")
@@ -578,11 +556,6 @@ async def test_a_cancelled_approval_uses_up_its_plan(s: Setup) -> None:
     assert server.calls == echoed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/_gate.py counts a planned call in the per-minute RateLimiter before recording it, so a plan "
-    "of perMinute gated calls uses up the rate and its approval is refused over cap, though no call was made",
-)
 async def test_a_plan_of_rate_limited_calls_can_be_approved(s: Setup) -> None:
     code = "[fixture.convert(amount=1), fixture.convert(amount=2)]"
     plan = (await run(s.mute, code, mode="plan"))["plan"]

@@ -185,12 +185,6 @@ async def test_a_name_no_tool_has_reaches_no_server(
     assert reached == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bridge/dispatcher.py returns before recording a call whose tool the index does not know (no "
-    "ToolCallRecord, no observer), though cache/audit.py says the log has every call a run asked for and that "
-    "'refused' covers an unknown tool: probing names leaves no trace in the audit log or the result's calls",
-)
 async def test_a_call_by_a_name_no_tool_has_is_in_the_audit_log_as_refused(engine: CodeMode) -> None:
     result, reached = await attempt(engine, trying(call_by_name("cpython", "FIX-TURE", "ECHO"), "cpython"), "cpython")
     assert reached == 0 and result.output.startswith("ToolError: unknown server")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
 import mcp_types as types
 
 from ..downstream.pool import ToolPool
@@ -115,6 +116,12 @@ class ToolDispatcher:
     """Calls begun (several may be in flight at once: the cap counts these, not the finished ones)."""
     gate: CallGate | None = None
     observe: CallObserver | None = None
+    concurrency: int = 16
+    """Calls of this run made to servers at once (``CODE_MODE_MAX_CONCURRENT_CALLS``); a call waiting for a
+    person's approval holds no slot, so the calls sent together are asked about together."""
+
+    def __post_init__(self) -> None:
+        self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
 
     @property
     def reached(self) -> list[ToolCallRecord]:
@@ -134,10 +141,18 @@ class ToolDispatcher:
             return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
         self.started += 1
         position = self.started
+        refusal = None
         if not isinstance(arguments, dict):
-            return {"error": {"message": "arguments must be an object (a dict)", **where}}
-        if spec is None:
-            return {"error": {"message": self._unknown(server, tool), **where}}
+            refusal = "arguments must be an object (a dict)"
+        elif spec is None:
+            refusal = self._unknown(server, tool)
+        if refusal is not None or spec is None:  # still a call the run asked for: listed and audited
+            message = refusal or self._unknown(server, tool)
+            record = ToolCallRecord(real_server, real_tool, False, 0.0, None, "refused", message, called=False)
+            self.calls.append(record)
+            if self.observe is not None:
+                self.observe(record, arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]})
+            return {"error": {"message": message, **where}}
         started = time.perf_counter()
         record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
         try:
@@ -150,7 +165,8 @@ class ToolDispatcher:
                 record.ok = True
                 return {"value": admission.value}
             record.called = True
-            result = await self.pool.call_tool(real_server, real_tool, arguments)
+            async with self._slots:
+                result = await self.pool.call_tool(real_server, real_tool, arguments)
             if result.is_error:
                 record.error = error_text(result)
                 return {"error": {"message": record.error, **where}}

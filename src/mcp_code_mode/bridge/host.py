@@ -1,8 +1,9 @@
 """The one host loop: what the host does with a run's channel while the run goes on.
 
 Every runner hands its run channel to ``serve_run``. It reads only what a run may say (see
-``messages``): tool calls are answered through the dispatcher, up to ``max_calls`` of them at once
-(each answer goes to its caller by id, as soon as it is ready), output is kept up to the cap and
+``messages``): tool calls are answered through the dispatcher, up to ``max_calls`` of them being handled
+at once (each answer goes to its caller by id, as soon as it is ready; the dispatcher bounds how many
+reach servers at once), output is kept up to the cap and
 passed on, and the first valid ``done`` ends the run; nothing is read after it, and calls still being
 answered are abandoned. Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never
 raises for what the run sent.
@@ -97,7 +98,7 @@ async def serve_run(
     timeout: float,
     max_output: int,
     on_output: Callable[[str], Awaitable[None]] | None = None,
-    max_calls: int = 16,
+    max_calls: int = 1024,
     clock: RunClock | None = None,
 ) -> HostRun:
     """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus

@@ -375,7 +375,12 @@ class CodeMode:
         gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved)
         run_id = uuid.uuid4().hex
         dispatcher = ToolDispatcher(
-            self.pool, self.index, settings.max_tool_calls, gate=gate, observe=self._auditor(client, run_id, keyed.key)
+            self.pool,
+            self.index,
+            settings.max_tool_calls,
+            gate=gate,
+            observe=self._auditor(client, run_id, keyed.key),
+            concurrency=settings.max_concurrent_calls,
         )
 
         async def queued(ahead: int) -> None:
@@ -408,8 +413,6 @@ class CodeMode:
             await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
         if mode == "plan":
             result.plan = await self._save_plan(gate, keyed.key, client)
-        if approve_plan is not None and self.audit is not None:
-            await anyio.to_thread.run_sync(self.audit.mark_plan_used, approve_plan)
         return result
 
     async def _approved_calls(
@@ -425,13 +428,17 @@ class CodeMode:
         stored = await anyio.to_thread.run_sync(self.audit.load_plan, plan_id)
         if stored is None or stored["client"] != client:
             raise UnsupportedError(f"unknown or expired plan {plan_id!r} (plans last CODE_MODE_PLAN_TTL seconds)")
-        if stored.get("usedAt") is not None:
-            raise UnsupportedError(f"plan {plan_id!r} was already approved and run; make a new plan")
         if stored["codeHash"] != code_hash:
             raise UnsupportedError(
                 f"plan {plan_id!r} was made for other code (or another language, runner, packages or network "
                 'policy): run this code with mode="plan" to plan it'
             )
+        # Used up now, before the run: two approvals at once, or a cancelled one, never run it twice.
+        used = stored.get("usedAt") is not None or not await anyio.to_thread.run_sync(
+            self.audit.mark_plan_used, plan_id
+        )
+        if used:
+            raise UnsupportedError(f"plan {plan_id!r} was already approved and run; make a new plan")
         return list(stored["calls"])
 
     async def _save_plan(self, gate: RunGate, code_hash: str, client: str) -> PlanResult:

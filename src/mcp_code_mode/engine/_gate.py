@@ -78,6 +78,10 @@ class RunGate:
         verdict = self.book.decide(server, name, tool.annotations, arguments)
         if verdict.decision == "deny":
             return Admission("denied", error=f"denied: {server}.{verdict.reason}")
+        if verdict.decision == "ask" and self.mode == "plan":  # recorded, not made: no cap counts it yet
+            planned = PlannedCall(f"c{len(self.planned) + 1}", server, name, dict(arguments), position, verdict.rule)
+            self.planned.append(planned)
+            return Admission("planned", answered=True, value={"planned": True, "id": planned.id})
         max_per_run, per_minute = self.book.limits(server, name)
         over = self.counter.check_and_count(server, name, max_per_run, rule=verdict.rule)
         if over is None:
@@ -86,10 +90,6 @@ class RunGate:
             return Admission("over_cap", error=f"over cap: {server}.{over}")
         if verdict.decision == "allow":
             return Admission("allowed")
-        if self.mode == "plan":
-            planned = PlannedCall(f"c{len(self.planned) + 1}", server, name, dict(arguments), position, verdict.rule)
-            self.planned.append(planned)
-            return Admission("planned", answered=True, value={"planned": True, "id": planned.id})
         key = call_key(server, name, arguments)
         if self._budget[key] > 0:
             self._budget[key] -= 1

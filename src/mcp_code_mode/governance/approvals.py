@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import unicodedata
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -73,14 +74,21 @@ class _Waiting:
     answer: Answer | None = None
 
 
+def visible(text: str, limit: int) -> str:
+    """``text`` on one line as the person will read it: line breaks, control and format characters (bidi
+    overrides, zero-width ones) shown as ``\\uXXXX``, cut to ``limit`` characters. The model writes a run's
+    description and arguments: it must not be able to draw fake lines into the question."""
+    shown = "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else f"\\u{ord(c):04x}" for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
 def shorten(arguments: Mapping[str, Any], limit: int = 160) -> str:
-    text = json.dumps(arguments, ensure_ascii=False, default=repr, separators=(", ", ": "))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return visible(json.dumps(arguments, ensure_ascii=False, default=repr, separators=(", ", ": ")), limit)
 
 
 def question(calls: list[Gated], description: str | None) -> str:
     """The elicitation's message: the run, then each call (server, tool, shortened arguments, its position)."""
-    run = f"The script “{description}”" if description else "A script"
+    run = f"The script “{visible(description, 200)}”" if description else "A script"
     many = "a tool call that needs" if len(calls) == 1 else f"{len(calls)} tool calls that need"
     lines = [f"{run} wants to make {many} your approval:"]
     for number, call in enumerate(calls[:LISTED], 1):

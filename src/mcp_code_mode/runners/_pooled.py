@@ -271,7 +271,6 @@ class WorkerPools:
                     timeout=request.timeout,
                     max_output=request.max_output,
                     on_output=request.on_output,
-                    max_calls=request.max_concurrent_calls,
                     clock=request.clock,
                 )
             result = hosted.outcome
