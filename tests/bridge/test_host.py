@@ -24,7 +24,7 @@ class Answers:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
 
-    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+    async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
         self.calls.append((server, tool, arguments))
         if not isinstance(arguments, dict):
             return {"error": {"message": "arguments must be an object (a dict)"}}
@@ -180,7 +180,7 @@ class Slow:
         self.now = 0
         self.most = 0
 
-    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+    async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
         self.now += 1
         self.most = max(self.most, self.now)
         await anyio.sleep(self.seconds)
@@ -211,7 +211,7 @@ async def test_time_given_back_by_the_clock_does_not_count_against_the_timeout()
         def __init__(self, clock: RunClock) -> None:
             self.clock = clock
 
-        async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+        async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
             with self.clock.stopped():
                 await anyio.sleep(0.6)  # as if waiting for a person's answer
             return {"value": 1}
@@ -225,3 +225,18 @@ async def test_time_given_back_by_the_clock_does_not_count_against_the_timeout()
     cut = FakeWorker([*calls(1), DONE])
     await serve_run(cut, Slow(0.6), timeout=0.4, max_output=1000)
     assert cut.sent == []  # the same wait without the clock: cut off at 0.4 s
+
+
+async def test_a_calls_line_is_passed_on_and_a_bad_one_ignored() -> None:
+    lines: list[int | None] = []
+
+    class Lines(Answers):
+        async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
+            lines.append(line)
+            return await super().handle(server, tool, arguments)
+
+    call = {"op": "call", "server": "fx", "tool": "add", "arguments": {"a": 1}}
+    sent = [{**call, "id": 1, "line": 12}, {**call, "id": 2, "line": "12"}, {**call, "id": 3, "line": True}]
+    sent += [{**call, "id": 4, "line": -3}, {**call, "id": 5}, DONE]
+    hosted = await serve_run(FakeWorker(sent), Lines(), timeout=5, max_output=1000, max_calls=1)
+    assert hosted.ended == "done" and lines == [12, None, None, None, None]

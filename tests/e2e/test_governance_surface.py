@@ -113,3 +113,24 @@ def test_a_policy_error_in_the_servers_file_stops_start_up_naming_the_entry(tmp_
     path.write_text(json.dumps({"servers": {"fixture": bad}}), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"server 'fixture'.*policy\.tools\.echo"):
         CodeModeConfig.load(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("runner", "language", "code", "line"),
+    [
+        ("local", "python", "x = 1\ny = fixture.echo(text='a')\n", 2),
+        ("cpython", "python", "def f():\n    return fixture.echo(text='a')\n\n\nf()\n", 2),
+        ("pyodide", "python", "x = 1\n\nfixture.echo(text='a')\n", 3),
+        ("deno", "javascript", "const x = 1;\nawait fixture.echo({ text: 'a' });\n", 2),
+    ],
+)
+async def test_a_plan_lists_each_gated_call_with_the_line_that_made_it(
+    client: Client, runner: str, language: str, code: str, line: int
+) -> None:
+    result = await client.call_tool(
+        "execute_code", {"language": language, "code": code, "runner": runner, "mode": "plan", "timeout": 60_000}
+    )
+    data = result.structured_content
+    assert data is not None and data["success"], data
+    (planned,) = data["plan"]["calls"]
+    assert (planned["tool"], planned["arguments"], planned["line"]) == ("echo", {"text": "a"}, line)

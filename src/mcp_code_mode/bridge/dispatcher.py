@@ -97,7 +97,9 @@ class Admission:
 class CallGate(Protocol):
     """What decides each call before it reaches its server (``engine._gate.RunGate``: policy, approvals, plans)."""
 
-    async def admit(self, tool: ToolInfo, arguments: dict[str, Any], position: int) -> Admission: ...
+    async def admit(
+        self, tool: ToolInfo, arguments: dict[str, Any], position: int, line: int | None = None
+    ) -> Admission: ...
 
 
 CallObserver = Callable[[ToolCallRecord, dict[str, Any]], None]
@@ -128,7 +130,7 @@ class ToolDispatcher:
         """The calls that reached a server (what makes a run not replayable, and what its hash names)."""
         return [c for c in self.calls if c.called]
 
-    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+    async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
         """Answer one ``call`` message: ``{"value": ...}`` or ``{"error": {"message", "server", "tool"}}``.
 
         Every name a script can use (a stub, ``call_tool`` with the original or the sanitised names, any
@@ -156,7 +158,7 @@ class ToolDispatcher:
         started = time.perf_counter()
         record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
         try:
-            admission = await self.gate.admit(spec.info, arguments, position) if self.gate else Admission()
+            admission = await self.gate.admit(spec.info, arguments, position, line) if self.gate else Admission()
             record.decision = admission.decision
             if admission.error is not None:
                 record.error = admission.error

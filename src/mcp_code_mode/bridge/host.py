@@ -41,7 +41,7 @@ class RunChannel(Protocol):
 class CallHandler(Protocol):
     """What answers a run's tool calls (``ToolDispatcher``, or a test's fake)."""
 
-    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]: ...
+    async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]: ...
 
 
 Ended = Literal["done", "closed", "timeout", "refused"]
@@ -116,7 +116,7 @@ async def serve_run(
 
     async def answer(message: Call) -> None:
         async with slots:
-            reply = await dispatcher.handle(message.server, message.tool, message.arguments)
+            reply = await dispatcher.handle(message.server, message.tool, message.arguments, message.line)
         async with sending:
             try:
                 await channel.send({"op": "result", "id": message.id, **reply})

@@ -47,6 +47,8 @@ class Call:
     server: str
     tool: str
     arguments: Any
+    line: int | None = None
+    """The script's line that made the call, as the sandbox says (shown in plans and questions only)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,9 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
             raise ProtocolError(f"the run sent tool arguments nested deeper than {MAX_DEPTH}")
         server, tool = _text(message, "server"), _text(message, "tool")
         assert server is not None and tool is not None
-        return Call(ident, server, tool, arguments)
+        line = message.get("line")
+        valid = isinstance(line, int) and not isinstance(line, bool) and 0 < line < 10_000_000
+        return Call(ident, server, tool, arguments, line if valid else None)  # a bad line is ignored
     if op == "output":
         data = message.get("data")
         if not isinstance(data, str):

@@ -41,6 +41,8 @@ class PlannedCall:
     arguments: dict[str, Any]
     position: int
     rule: str
+    line: int | None = None
+    """The script's line that made the call (as the sandbox reported it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class PlannedCall:
             "server": self.server,
             "tool": self.tool,
             "arguments": self.arguments,
+            "line": self.line,
             "position": self.position,
             "rule": self.rule,
         }
@@ -73,13 +76,16 @@ class RunGate:
     def __post_init__(self) -> None:
         self._budget = Counter(call_key(c["server"], c["tool"], c["arguments"]) for c in self.approved)
 
-    async def admit(self, tool: ToolInfo, arguments: dict[str, Any], position: int) -> Admission:
+    async def admit(
+        self, tool: ToolInfo, arguments: dict[str, Any], position: int, line: int | None = None
+    ) -> Admission:
         server, name = tool.server, tool.name
         verdict = self.book.decide(server, name, tool.annotations, arguments)
         if verdict.decision == "deny":
             return Admission("denied", error=f"denied: {server}.{verdict.reason}")
         if verdict.decision == "ask" and self.mode == "plan":  # recorded, not made: no cap counts it yet
-            planned = PlannedCall(f"c{len(self.planned) + 1}", server, name, dict(arguments), position, verdict.rule)
+            number = f"c{len(self.planned) + 1}"
+            planned = PlannedCall(number, server, name, dict(arguments), position, verdict.rule, line)
             self.planned.append(planned)
             return Admission("planned", answered=True, value={"planned": True, "id": planned.id})
         max_per_run, per_minute = self.book.limits(server, name)
@@ -96,7 +102,7 @@ class RunGate:
             return Admission("approved")
         if self.approver is None:
             return Admission("refused", error=NO_ELICITATION.format(server=server, reason=verdict.reason))
-        answer = await self.approver.decide(Gated(server, name, arguments, position, verdict.rule))
+        answer = await self.approver.decide(Gated(server, name, arguments, position, verdict.rule, line))
         if answer.allowed:
             return Admission("approved")
         return Admission("denied", error=f"denied: {server}.{name}: {answer.how} ({verdict.rule})")

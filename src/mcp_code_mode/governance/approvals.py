@@ -57,6 +57,8 @@ class Gated:
     """The call's number in its run (1 for the first call)."""
     rule: str
     """What gated it (``filesystem: tools["write_*"]``)."""
+    line: int | None = None
+    """The script's line that made it, when the sandbox said."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def question(calls: list[Gated], description: str | None) -> str:
     many = "a tool call that needs" if len(calls) == 1 else f"{len(calls)} tool calls that need"
     lines = [f"{run} wants to make {many} your approval:"]
     for number, call in enumerate(calls[:LISTED], 1):
-        where = f"(call {call.position} of the run; {call.rule})"
+        at = f", line {call.line}" if call.line else ""
+        where = f"(call {call.position} of the run{at}; {call.rule})"
         lines.append(f"{number}. {call.server}.{call.tool} {shorten(call.arguments)} {where}")
     rest: dict[str, int] = {}
     for call in calls[LISTED:]:

@@ -163,7 +163,8 @@ function callTool(server: string, tool: string, args: unknown = {}): Promise<unk
   } catch (error) {
     return Promise.reject(new TypeError(`the arguments of ${server}.${tool} must be JSON values: ${error}`));
   }
-  return tools.request(server, tool, payload).then((line) => {
+  const where = USER_FRAME.exec(failure.stack ?? "");
+  return tools.request(server, tool, payload, where ? Number(where[1]) : undefined).then((line) => {
     const message = parse(line) as Message;
     const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
     if (error) {

@@ -89,22 +89,32 @@ class NotCapable(ImportError):
     """A path to JavaScript: ``import js``, ``pyodide_js``, ``pyodide.ffi``, ``pyodide.code``, ..."""
 
 
-def _request(server: str, tool: str, payload: str) -> Any:
+def _request(server: str, tool: str, payload: str, line: int | None = None) -> Any:
     if _output is not None:
         _output.flush()
-    return tool_result(_loads(_bridge("call", str(server), str(tool), payload)))
+    return tool_result(_loads(_bridge("call", str(server), str(tool), payload, line or 0)))
 
 
-async def _call_async(server: str, tool: str, payload: str) -> Any:
+async def _call_async(server: str, tool: str, payload: str, line: int | None) -> Any:
     # The host answers a run's calls one at a time, in order, so the awaited call is the same call.
-    return _request(server, tool, payload)
+    return _request(server, tool, payload, line)
+
+
+def _script_line(frame: types.FrameType | None) -> int | None:
+    """The script's line that made a call (its nearest frame of the script's own code)."""
+    while frame is not None:
+        if frame.f_code.co_filename == CODE_FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def _dispatch(server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
     payload = tool_arguments(server, tool, arguments)
+    line = _script_line(caller)
     if _awaitable is not None and _awaitable.wanted(caller):
-        return _call_async(server, tool, payload)
-    return _request(server, tool, payload)
+        return _call_async(server, tool, payload, line)
+    return _request(server, tool, payload, line)
 
 
 def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:

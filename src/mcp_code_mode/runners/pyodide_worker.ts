@@ -76,7 +76,7 @@ const tools = new ToolChannel(writer, reader, output);
 // string, `undefined`, or, before the run only, a Promise of the next host message. It has no prototype,
 // so its JsProxy leads nowhere.
 
-type Bridge = (op: unknown, a?: unknown, b?: unknown, c?: unknown) => unknown;
+type Bridge = (op: unknown, a?: unknown, b?: unknown, c?: unknown, d?: unknown) => unknown;
 
 const bridgeState: {
   running: boolean;
@@ -89,7 +89,7 @@ function refusal(message: string): string {
   return jsonStringify({ op: "result", error: { type: "NotCapable", message } });
 }
 
-function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown): unknown {
+function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown): unknown {
   if (op === "output") {
     if (typeof a === "string") output.write(a);
     return undefined;
@@ -111,7 +111,8 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown): unknown {
       return refusal("the arguments of a tool call must be JSON");
     }
     if (!isJsonObject(args)) return refusal("the arguments of a tool call must be a JSON object");
-    return tools.requestSync(a, b, args);
+    const line = typeof d === "number" && Number.isInteger(d) && d > 0 ? d : undefined; // the script's line
+    return tools.requestSync(a, b, args, line);
   }
   if (bridgeState.running) return undefined; // the waits below are the worker's, before the run
   if (op === "next" && bridgeState.nextMessage) return bridgeState.nextMessage();
@@ -119,9 +120,9 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown): unknown {
   return undefined;
 }
 
-const bridge: Bridge = Object.setPrototypeOf((op: unknown, a: unknown, b: unknown, c: unknown) => {
+const bridge: Bridge = Object.setPrototypeOf((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown) => {
   try {
-    return bridgeCall(op, a, b, c);
+    return bridgeCall(op, a, b, c, d);
   } catch {
     return undefined;
   }

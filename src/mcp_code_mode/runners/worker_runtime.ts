@@ -223,11 +223,12 @@ export class ToolChannel {
   /** Send a call now and wait, in the event loop, for its `result` line (unparsed). Calls made together
    * (`Promise.all`) are all sent at once; the host answers several at a time, each with its id, in the
    * order they finish, and one reader hands each line to its caller. */
-  request(server: string, tool: string, args: { [key: string]: Json }): Promise<string> {
+  request(server: string, tool: string, args: { [key: string]: Json }, line?: number): Promise<string> {
     this.output.flush();
     const id = ++this.nextId;
+    const at = line ? `,"line":${line}` : "";
     this.writer.line(
-      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}}`,
+      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}${at}}`,
     );
     const answered = new Promise<string>((resolve) => this.waiting.set(id, resolve));
     void this.readAnswers();
@@ -256,12 +257,13 @@ export class ToolChannel {
    * wait in the event loop: Pyodide's synchronous stubs). The host writes the answer compactly, `op` and
    * `id` first (`bridge.encode`): a line that starts that way is taken as it is, so a large result is
    * parsed once, by whoever reads it, not twice. */
-  requestSync(server: string, tool: string, args: { [key: string]: Json }): string {
+  requestSync(server: string, tool: string, args: { [key: string]: Json }, line?: number): string {
     this.output.flush();
     const id = ++this.nextId;
     const answer = `{"op":"result","id":${id},`;
+    const at = line ? `,"line":${line}` : "";
     this.writer.line(
-      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}}`,
+      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}${at}}`,
     );
     for (;;) {
       const line = this.reader.nextSync();

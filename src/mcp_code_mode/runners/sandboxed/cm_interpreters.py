@@ -32,19 +32,32 @@ _awaitable: AwaitableCalls | None = None
 """The running cpython script's rule for awaitable calls (set by ``run_cpython``; none under ``local``)."""
 
 
-def dispatch(
-    call: Callable[[str, str, Any], Any], server: str, tool: str, arguments: Any, caller: types.FrameType | None
-) -> Any:
-    """A tool call written in the frame ``caller``: ``call(server, tool, arguments)`` now, or an awaitable
+def dispatch(call: Callable[..., Any], server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
+    """A tool call written in the frame ``caller``: ``call(server, tool, arguments, line)`` now, or an awaitable
     that makes it when awaited (by the script's rule). Arguments that are not JSON fail where the call is written."""
+    line = script_line(caller)
     if _awaitable is not None and _awaitable.wanted(caller):
         tool_arguments(server, tool, arguments)
-        return _call_when_awaited(call, server, tool, arguments)
-    return call(server, tool, arguments)
+        return _call_when_awaited(call, server, tool, arguments, line)
+    return call(server, tool, arguments, line)
 
 
-async def _call_when_awaited(call: Callable[[str, str, Any], Any], server: str, tool: str, arguments: Any) -> Any:
-    return call(server, tool, arguments)
+async def _call_when_awaited(call: Callable[..., Any], server: str, tool: str, arguments: Any, line: int | None) -> Any:
+    return call(server, tool, arguments, line)
+
+
+_current_line: list[int | None] = [None]
+"""The line of the script's AST node the ``local`` interpreter is evaluating (``patch_line_tracking``)."""
+
+
+def script_line(frame: types.FrameType | None) -> int | None:
+    """The script's line that made a call: the nearest frame of the script's own code (cpython), else the
+    node the ``local`` interpreter is at."""
+    while frame is not None:
+        if frame.f_code.co_filename == SCRIPT_FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back
+    return _current_line[0]
 
 
 def confined_open(workspace: str) -> Any:
@@ -85,6 +98,9 @@ def patch_line_tracking() -> None:
     original = lpe.evaluate_ast
 
     def evaluate_ast(expression: Any, *args: Any, **kwargs: Any) -> Any:
+        line = getattr(expression, "lineno", None)
+        if line is not None:
+            _current_line[0] = line
         try:
             return original(expression, *args, **kwargs)
         except BaseException as exc:

@@ -93,12 +93,15 @@ class Channel:
     def receive(self) -> dict[str, Any]:
         return json.loads(self.receive_line())
 
-    def call(self, server: str, tool: str, arguments: Any) -> Any:
+    def call(self, server: str, tool: str, arguments: Any, line: int | None = None) -> Any:
         if self.output is not None:
             self.output.flush()
         tool_arguments(server, tool, arguments)
         self._next_id += 1
-        self.send({"op": "call", "id": self._next_id, "server": server, "tool": tool, "arguments": arguments})
+        message = {"op": "call", "id": self._next_id, "server": server, "tool": tool, "arguments": arguments}
+        if line is not None:
+            message["line"] = line
+        self.send(message)
         return tool_result(self.receive())
 
 
