@@ -26,8 +26,12 @@ $(NODE_STAMP): package.json package-lock.json
 demo: install
 	$(BIN)/python scripts/debug_executor.py
 
+# Two test processes (this suite waits on sandboxes and servers more than it computes); each test module
+# stays in one of them (--dist loadfile), so module-scoped engines are shared as they are written.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The fast tier: unit tests with fakes (no downstream server, no sandboxed worker), well under a minute.
 FAST_TESTS := tests/engine tests/bridge tests/test_architecture.py tests/test_public_api.py tests/test_config.py \

@@ -416,6 +416,8 @@ async def test_a_plan_makes_no_gated_call_and_its_approval_makes_them_without_as
     assert decisions(data) == ["allowed", "allowed", "planned", "planned"]
     plan = data["plan"]
     assert plan["planId"].startswith("plan-") and plan["expiresIn"] > 0
+    lines = [c.pop("line") for c in plan["calls"]]
+    assert all(isinstance(n, int) and n > 0 for n in lines) and lines[0] < lines[1]  # the lines that made them
     assert plan["calls"] == [
         {
             "id": "c1",

@@ -204,7 +204,8 @@ async def test_a_tool_call_waits_for_the_answer_with_its_own_id(start: Any) -> N
         await worker.run("export default await fs.read({ path: 'a' });", functions={"fs": ["read"]})
         with anyio.fail_after(30):
             call = await worker.receive()
-            assert call == {"op": "call", "id": 1, "server": "fs", "tool": "read", "arguments": {"path": "a"}}
+            expected = {"op": "call", "id": 1, "server": "fs", "tool": "read", "arguments": {"path": "a"}}
+            assert call == {**expected, "line": 1}  # the script's line that made it
             await worker.send({"op": "result", "id": 7, "value": "not this one"})
             await worker.send({"op": "result", "id": 1, "value": {"content": "A"}})
             done = await worker.done()

@@ -397,7 +397,7 @@ class CodeMode:
                     interval=settings.progress_interval_ms / 1000,
                 )
         result.language, result.runner = plan.language, chosen.name
-        result.tool_calls = len(dispatcher.calls)
+        result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
         result.calls = [
             CallEntry(server=c.server, tool=c.tool, decision=c.decision, ms=round(c.ms))
             for c in dispatcher.calls[:MAX_CALLS_SHOWN]
