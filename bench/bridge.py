@@ -78,7 +78,7 @@ async def run_script(cm: Any, runner: str, n: int) -> float:
 class InstantDispatcher(ToolDispatcher):
     """Answers every ``add`` at once, with no downstream server: what the bridge alone costs."""
 
-    async def handle(self, server: str, tool: str, arguments: Any) -> dict[str, Any]:
+    async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
         return {"value": {"result": int(arguments["a"]) + int(arguments["b"])}}
 
 

@@ -123,6 +123,8 @@ async def serve_run(
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 closed.set()
 
+    one_at_a_time = max_calls <= 1  # a worker that waits for each answer: no task per call (a fast path)
+
     with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
         if clock is not None:
             clock.attach(scope)
@@ -148,7 +150,17 @@ async def serve_run(
                         if data and on_output is not None:
                             await on_output(data)
                     elif isinstance(message, Call):
-                        calls.start_soon(answer, message)
+                        if one_at_a_time:
+                            reply = await dispatcher.handle(
+                                message.server, message.tool, message.arguments, message.line
+                            )
+                            try:
+                                await channel.send({"op": "result", "id": message.id, **reply})
+                            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                                closed.set()
+                                break
+                        else:
+                            calls.start_soon(answer, message)
                     else:
                         ended = "done"
                         outcome = RunResult(

@@ -34,8 +34,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -435,3 +437,64 @@ class AuditLog:
             )
         )
         return changed == 1
+
+
+class AuditWriter:
+    """Writes a server's audit entries from a thread of its own, in batches, so a tool call's answer never
+    waits for the database (one commit per call on the event loop cost about 1 ms a call).
+
+    ``put`` takes what an entry is made of; building it (digest, redacted preview) and committing happen
+    on the writer's thread. ``flush`` returns once everything put so far is committed: the engine flushes
+    before it answers a run, so every call of a run that was answered is in the log (a ``kill -9`` can
+    lose only calls of a run that had not been answered yet)."""
+
+    def __init__(self, log: AuditLog, *, batch: int = 500) -> None:
+        self.log = log
+        self._batch = batch
+        self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._done = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="audit-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, **fields: Any) -> None:
+        """Queue one call (``AuditEntry.of_call``'s keyword arguments)."""
+        with self._done:
+            self._pending += 1
+        self._queue.put(fields)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every entry put so far is committed (or failed to be); False on timeout."""
+        with self._done:
+            return self._done.wait_for(lambda: self._pending == 0, timeout)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < self._batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            try:
+                self.log.record_many([AuditEntry.of_call(**fields) for fields in batch])
+            except (sqlite3.Error, ValueError):
+                logger.exception("the audit log could not record %d calls", len(batch))
+            finally:
+                with self._done:
+                    self._pending -= len(batch)
+                    self._done.notify_all()
+            if stop:
+                return

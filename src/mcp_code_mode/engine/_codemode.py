@@ -28,7 +28,7 @@ from ..admission import Admission
 from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import CallObserver, ToolCallRecord
 from ..cache import ScriptCache, StoredScript, ToolUse
-from ..cache.audit import AuditEntry, AuditLog
+from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
@@ -105,6 +105,7 @@ class CodeMode:
         """Per-minute rates of tools across runs."""
         self.audit: AuditLog | None = None
         """The audit log and the plans, in the cache database (None when it cannot be opened)."""
+        self._audit_writer: AuditWriter | None = None
         self._pruned_at = time.monotonic()
         self.tool_search = ToolSearch(self.embedder)
 
@@ -169,6 +170,8 @@ class CodeMode:
                 await runner.aclose()
             self.sandbox.close()
             self.scripts.close()
+            if self._audit_writer is not None:
+                self._audit_writer.close()
             if self.audit is not None:
                 self.audit.close()
             self.tool_search.close()
@@ -177,6 +180,7 @@ class CodeMode:
         try:
             self.audit = AuditLog(self.scripts.path)
             self.audit.prune(self.settings.audit_days)
+            self._audit_writer = AuditWriter(self.audit)
         except (OSError, sqlite3.Error) as exc:
             logger.warning(
                 "the audit log is off (and plans cannot be kept): %s cannot be used: %s", self.scripts.path, exc
@@ -406,7 +410,9 @@ class CodeMode:
         result.cached = False
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
         result.hash = await self._cache.store(keyed, result, tools, description)
-        if self.audit is not None and dispatcher.calls:
+        if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
+            # Every call of the run is committed before the run is answered (the writer batches them).
+            await anyio.to_thread.run_sync(self._audit_writer.flush)
             await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
         if self.audit is not None and time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
             self._pruned_at = time.monotonic()
@@ -451,17 +457,19 @@ class CodeMode:
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
 
     def _auditor(self, client: str, run_id: str, code_hash: str) -> CallObserver | None:
-        """Record each call of a run in the audit log as it is answered (committed at once: kill -9 loses none)."""
-        audit = self.audit
-        if audit is None:
+        """Queue each call of a run for the audit log as it is answered (``AuditWriter``: built and committed
+        off the event loop, all of a run's calls before the run is answered)."""
+        writer = self._audit_writer
+        if writer is None:
             return None
 
         def observe(record: ToolCallRecord, arguments: dict[str, Any]) -> None:
-            entry = AuditEntry.of_call(
+            writer.put(
+                at=time.time(),
                 server=record.server,
                 tool=record.tool,
                 arguments=arguments,
-                decision=record.decision,  # pyright: ignore[reportArgumentType]
+                decision=record.decision,
                 client=client,
                 run_id=run_id,
                 code_hash=code_hash,
@@ -469,10 +477,6 @@ class CodeMode:
                 ok=record.ok,
                 error=record.error,
             )
-            try:
-                audit.record(entry)
-            except sqlite3.Error:
-                logger.exception("the audit log could not record a call of run %s", run_id)
 
         return observe
 

@@ -36,6 +36,10 @@ from .base import RunRequest, StubBundle
 
 logger = logging.getLogger(__name__)
 
+MAX_CALLS_IN_HAND = 1024
+"""Calls of one run the host loop holds at once (waiting for approval included); the dispatcher bounds how
+many reach servers at once (``CODE_MODE_MAX_CONCURRENT_CALLS``)."""
+
 
 class Dialect(Protocol):
     """What a kind of worker speaks and how it is used."""
@@ -44,6 +48,9 @@ class Dialect(Protocol):
     """Whether a worker serves another run after a clean one (false: one run per worker process)."""
     spawn_delay: float
     """Seconds a pool waits before it starts a replacement worker (see ``WorkerPool.spawn_delay``)."""
+    concurrent_calls: bool
+    """Whether the worker's stubs send calls without waiting for each answer (``Promise.all``): the host then
+    answers several at once; otherwise one at a time, on the fast path."""
 
     def profile_for(self, request: RunRequest) -> Profile:
         """The sandbox profile a request's worker needs (network, package environment)."""
@@ -271,6 +278,7 @@ class WorkerPools:
                     timeout=request.timeout,
                     max_output=request.max_output,
                     on_output=request.on_output,
+                    max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
                     clock=request.clock,
                 )
             result = hosted.outcome

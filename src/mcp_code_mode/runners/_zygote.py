@@ -25,6 +25,7 @@ class ZygoteDialect:
 
     reuse_workers = True
     spawn_delay = 0.0
+    concurrent_calls = False  # a Python stub waits for its answer
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox

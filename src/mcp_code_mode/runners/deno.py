@@ -145,6 +145,7 @@ class DenoDialect:
     reuse_workers = False
     spawn_delay = 0.05
     """The replacement of a used worker starts after its run's answer has gone out."""
+    concurrent_calls = True  # a stub's promise is sent at once: Promise.all fans out
 
     def profile_for(self, request: RunRequest) -> Profile:
         return Profile(network=request.network is not None)

@@ -283,6 +283,7 @@ class PyodideDialect:
     reuse_workers = False
     spawn_delay = 0.05
     """The replacement of a used interpreter starts after its run's answer has gone out."""
+    concurrent_calls = False  # Pyodide's stubs are synchronous
 
     def __init__(self, profile: Profile, max_memory_mb: int, index_grant: NetworkGrant | None = None) -> None:
         self._profile = profile
