@@ -12,7 +12,7 @@ import re
 import socket
 import socketserver
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,7 @@ class Upstream:
 
 
 @contextmanager
-def upstream() -> Iterator[Upstream]:
+def upstream() -> Generator[Upstream]:
     """An HTTP server on the host's loopback: ``/hello`` answers JSON, ``/bytes/N`` sends N bytes."""
     state = Upstream(0)
 

@@ -11,7 +11,7 @@ import pytest
 from mcp_code_mode.engine import CodeMode
 
 from ..conftest import make_config
-from ..egress.conftest import netns_host, netns_other_host  # noqa: F401  (session fixtures)
+from ..egress.conftest import netns_host, netns_other_host  # noqa: F401  # pyright: ignore[reportUnusedImport]  (fixtures)
 from ..egress.netns import NetnsHost
 
 pytestmark = pytest.mark.anyio
