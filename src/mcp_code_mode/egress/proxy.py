@@ -34,6 +34,8 @@ from .policy import AddressRefused, EgressPolicy, IPAddress
 MAX_HEAD_BYTES = 32 * 1024
 """Request line and headers, at most."""
 CONNECT_TIMEOUT = 10.0
+MAX_DRAIN_BYTES = 1 << 20
+"""What is read and dropped of a refused request's body before the connection is closed."""
 READ_BYTES = 1 << 18
 """At most this much is read at once from either side of a connection."""
 REFUSAL_HOST = "egress.invalid"
@@ -156,7 +158,18 @@ async def _answer(client: ByteStream, status: str, reason: str = "") -> None:
         "X-Code-Mode-Egress: refused\r\nConnection: close\r\n\r\n"
     )
     with anyio.move_on_after(5):
-        await client.send(head.encode() + body)
+        try:
+            await client.send(head.encode() + body)
+            await client.send_eof()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NotImplementedError):
+            return
+    # A lingering close: read what the client still sends (a refused request's body) before closing, for a
+    # moment and a bounded amount, so that closing with unread data does not reset the connection and lose
+    # the answer on its way to the client.
+    with anyio.move_on_after(1), contextlib.suppress(Exception):
+        drained = 0
+        while drained < MAX_DRAIN_BYTES:
+            drained += len(await client.receive())
 
 
 async def _close(stream: ByteStream) -> None:
