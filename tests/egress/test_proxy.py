@@ -304,3 +304,40 @@ async def test_every_approved_address_is_tried_in_turn() -> None:
             opener = urllib.request.build_opener(handler)
             body = await anyio.to_thread.run_sync(lambda: opener.open(f"http://api.test:{port}/", timeout=10).read())
     assert body == BODY
+
+
+@asynccontextmanager
+async def sink_server() -> AsyncGenerator[int]:
+    """An origin that reads everything it is sent and answers nothing."""
+
+    async def serve(stream: SocketStream) -> None:
+        async with stream:
+            with contextlib.suppress(Exception):
+                while await stream.receive():
+                    pass
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield port
+        tg.cancel_scope.cancel()
+
+
+async def test_a_chunk_that_claims_a_gigabyte_is_passed_on_as_it_comes_and_stops_at_the_cap(tmp_path: Path) -> None:
+    """A script's chunk size is untrusted: the proxy never waits to hold a whole chunk (it would buffer it)."""
+    log = EgressLog(max_bytes=1 << 20)
+    async with sink_server() as port:
+        async with proxy_on_unix(EgressProxy(opened(port), log), tmp_path / "p.sock") as sock:
+            stream: ByteStream = await anyio.connect_unix(sock)
+            async with stream:
+                head = f"POST http://127.0.0.1:{port}/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n"
+                await stream.send(head.encode())
+                with anyio.move_on_after(1), contextlib.suppress(anyio.BrokenResourceError, OSError):
+                    for _ in range(64):
+                        await stream.send(b"x" * 65536)  # 4 MiB of a chunk that claims 1 GiB
+                with anyio.fail_after(5):
+                    while log.limit is None:  # the proxy reads on (polling its log: there is no event)
+                        await anyio.sleep(0.01)
+    assert (1 << 20) <= log.bytes_total < (1 << 20) + (1 << 18) + 4096  # passed on, then cut at the cap
+    assert log.limit is not None and "CODE_MODE_NETWORK_MAX_MB" in log.limit

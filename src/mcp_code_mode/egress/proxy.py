@@ -431,9 +431,14 @@ class EgressProxy:
                 self.log.count(record, out=len(data))
                 await upstream.send(data)
                 return
-            data += await reader.receive_exactly(size + 2)
             self.log.count(record, out=len(data))
             await upstream.send(data)
+            left = size + 2  # the chunk and its CRLF, passed on as it comes (a chunk may claim any size)
+            while left > 0 and self._within_cap():
+                piece = await reader.receive(min(left, READ_BYTES))
+                left -= len(piece)
+                self.log.count(record, out=len(piece))
+                await upstream.send(piece)
 
 
 __all__ = ["Connection", "EgressLog", "EgressProxy", "resolve"]
