@@ -115,6 +115,36 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX plans_expires ON plans(expires_at);
     """,
+    # 5: privacy (``mcp_code_mode.privacy``). ``audit.pii``: which kinds of tokens a call's arguments had
+    # restored or withheld (JSON, NULL when none). ``scripts.pii_tokens``: the tokens a stored run's output,
+    # code and description hold, with their values, sealed (AES-GCM; ``privacy.seal``), so a replay to
+    # another client re-tokenizes them; NULL when none. ``pii_vault``: the persisted vault
+    # (``CODE_MODE_PII_VAULT=database``): per client (an HMAC of its name) each token with an HMAC of its
+    # value (to find a value's token) and the value sealed, never in plaintext; ``pii_counters``: the last number given per client and kind (a
+    # number is never given twice, even after its token expired).
+    """
+    ALTER TABLE audit ADD COLUMN pii TEXT;
+    ALTER TABLE scripts ADD COLUMN pii_tokens BLOB;
+    CREATE TABLE pii_vault (
+        client BLOB NOT NULL,
+        token TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        value_mac BLOB NOT NULL,
+        sealed BLOB NOT NULL,
+        origins TEXT NOT NULL DEFAULT '[]',
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (client, token),
+        UNIQUE (client, value_mac)
+    );
+    CREATE INDEX pii_vault_expires ON pii_vault(expires_at);
+    CREATE TABLE pii_counters (
+        client BLOB NOT NULL,
+        kind TEXT NOT NULL,
+        last INTEGER NOT NULL,
+        PRIMARY KEY (client, kind)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
