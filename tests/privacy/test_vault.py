@@ -3,9 +3,12 @@ processes that share its file share tokens, nothing is written in plaintext, ano
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -373,6 +376,49 @@ def test_concurrent_vaults_give_one_token_per_value(opened: Callable[..., Databa
     entry = vaults[0].lookup("a", results[0][values[0]] or "")
     assert entry is not None and entry.value == values[0]
     assert entry.origins == frozenset(f"s{i}" for i in range(6))
+
+
+REPLICA = """
+import json, random, sys, time
+from pathlib import Path
+from mcp_code_mode.privacy.seal import Sealer
+from mcp_code_mode.privacy.store import DatabaseVault
+
+db, key, me, peers, seed = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:-1], int(sys.argv[-1])
+vault = DatabaseVault(db, Sealer(bytes.fromhex(key)))
+values = [f"replica{i}@example.com" for i in range(80)]
+random.Random(seed).shuffle(values)
+(db.parent / me).touch()
+deadline = time.monotonic() + 60
+while not all((db.parent / p).exists() for p in peers) and time.monotonic() < deadline:
+    time.sleep(0.005)
+print(json.dumps({v: vault.token_for("shared", "email", v, origin=me) for v in values}))
+vault.close()
+"""
+
+
+@pytest.mark.slow
+def test_replica_processes_give_one_token_per_value(db: Path, key: bytes) -> None:
+    names = ["r0", "r1"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", REPLICA, str(db), key.hex(), name, *names, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, name in enumerate(names)
+    ]
+    results: list[dict[str, str]] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    assert all(r == results[0] for r in results)
+    assert sorted(results[0].values()) == sorted(f"[EMAIL_{n}]" for n in range(1, 81))
+    some = next(iter(results[0]))
+    with DatabaseVault(db, Sealer(key)) as vault:  # on the real clock, as the replicas were
+        assert vault.lookup("shared", results[0][some]) == Entry(results[0][some], "email", some, frozenset(names))
 
 
 def test_nothing_is_written_in_plaintext(db: Path, opened: Callable[..., DatabaseVault]) -> None:
