@@ -20,7 +20,7 @@ from mcp_code_mode.cache import AuditLog
 from mcp_code_mode.cache.schema import SCHEMA_VERSION
 from mcp_code_mode.privacy.seal import Sealer
 from mcp_code_mode.privacy.store import REFRESH_SLACK, DatabaseVault
-from mcp_code_mode.privacy.vault import Entry, MemoryVault, kind_of
+from mcp_code_mode.privacy.vault import Entry, MemoryVault, Vault, kind_of
 
 TTL = 100.0
 START = 1_800_000_000.0
@@ -77,6 +77,11 @@ def vault(make_vault: MakeVault) -> AnyVault:
 
 
 # ----- the contract, for both --------------------------------------------------------------------
+
+
+def test_both_are_vaults(vault: AnyVault) -> None:
+    checked: Vault = vault  # checked by the type checker: both satisfy the protocol
+    assert checked.lookup("a", "[EMAIL_1]") is None
 
 
 def test_the_same_value_gets_the_same_token(vault: AnyVault) -> None:
@@ -533,6 +538,11 @@ def test_a_counter_behind_its_rows_skips_the_numbers_in_use(db: Path, opened: Ca
     assert vault.token_for("a", "email", "carol@example.net") == "[EMAIL_3]"
     assert vault.lookup("a", "[EMAIL_1]") == Entry("[EMAIL_1]", "email", ALICE)
     assert vault.token_for("a", "email", ALICE) == "[EMAIL_1]"
+    assert vault.token_for("a", "email", "dave@example.net") == "[EMAIL_4]"
+    with raw(db) as conn:
+        conn.execute("UPDATE pii_counters SET last = 1")
+    for n in range(5, 8):
+        assert vault.token_for("a", "email", f"user{n}@example.net") == f"[EMAIL_{n}]"
 
 
 def test_a_file_that_is_not_a_database_is_moved_aside(db: Path, opened: Callable[..., DatabaseVault]) -> None:
