@@ -72,6 +72,9 @@ PII_SETTINGS = {
 }
 """The servers file's top-level ``pii`` for the in-process engine."""
 
+MAX_OUTPUT = 4000
+"""The in-process engine's output cap (``CODE_MODE_MAX_OUTPUT_CHARS``)."""
+
 NOTES_IP = "198.51.100.23"
 """The IP in Alice's notes: the in-process engine has the IP detector off, so it is shown as it is."""
 
@@ -99,6 +102,9 @@ def planted(*, with_ip: bool) -> frozenset[str]:
     for row in CUSTOMERS:
         values |= {row["email"], row["phone"], row["card"], row["iban"], row["api_key"], row["manager"]}
         values |= {_e164(row["phone"]), _digits(row["phone"]), _digits(row["card"]), row["iban"].replace(" ", "")}
+    for row in CUSTOMERS:  # half an address is a leak too (a value cut by a stream's chunks or the output cap)
+        local, domain = str(row["email"]).split("@")
+        values |= {local, domain}
     values |= {"536-22-1847", "536221847"}  # the SSN in Bob's notes
     if with_ip:
         values.add(NOTES_IP)
@@ -333,6 +339,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         audit_tool="true",
         stream_output_after_ms="0",  # every printed line streams at once: more messages to scan
         approval_timeout="20",
+        max_output_chars=str(MAX_OUTPUT),
     )
     engine = SharedEngine(CodeModeConfig.load(path, env=env))
     async with engine:
@@ -408,6 +415,7 @@ print(customers[0]["notes"])
     "lengths": [len(c["email"]) for c in customers],
     "at": all("@" in c["email"] for c in customers),
     "digits": [sum(ch.isdigit() for ch in c["card"]) for c in customers],
+    "by_email": {c["email"]: c["name"] for c in customers},
 }
 """
 
@@ -422,6 +430,7 @@ export default {
   lengths: customers.map((c) => c.email.length),
   at: customers.every((c) => c.email.includes("@")),
   digits: customers.map((c) => c.card.replace(/[^0-9]/g, "").length),
+  by_email: Object.fromEntries(customers.map((c) => [c.email, c.name])),
 };
 """
 
@@ -513,6 +522,7 @@ async def test_printed_customers_show_only_tokens_the_same_value_the_same_token(
     assert value["lengths"] == [len(c["email"]) for c in CUSTOMERS]
     assert value["at"] is True
     assert value["digits"] == [len(_digits(c["card"])) for c in CUSTOMERS]
+    assert value["by_email"] == {seen.token(c["name"]): c["name"] for c in CUSTOMERS}  # keys are tokenized too
 
 
 async def test_the_same_session_keeps_its_tokens_from_run_to_run(alice: Peer) -> None:
@@ -579,6 +589,7 @@ async def test_a_script_written_with_the_tokens_it_saw_reaches_the_real_customer
     # The approval question (send_mail asks) showed the call with tokens.
     assert len(asked) == 1 and email in asked[0], asked
     # The audit log says what was restored and what withheld.
+    assert email in entries["crm.get_customer"]["preview"], entries["crm.get_customer"]  # as the model wrote it
     assert kinds(entries["crm.get_customer"], "restored") == ["email"]
     assert kinds(entries["mail.send_mail"], "restored") == ["email"]
     assert kinds(entries["mail.send_mail"], "withheld") == ["card", "phone"]
@@ -670,7 +681,9 @@ async def test_a_real_value_the_script_sends_to_a_tool_that_may_not_receive_it_i
 
 
 async def test_a_servers_env_secret_and_api_keys_are_secret_wherever_the_script_puts_them(alice: Peer) -> None:
+    seen = await listing(alice)
     code = (
+        "open(crm.list_customers()['customers'][0]['email'] + '.vcf', 'w').close()\n"
         "t = crm.connection_info()['token']\n"
         "print(t)\n"
         "print('length', len(t), t.startswith('crm-tok-'))\n"
@@ -682,7 +695,7 @@ async def test_a_servers_env_secret_and_api_keys_are_secret_wherever_the_script_
     data = await run(alice, code)
     assert data["success"], data["error"]
     assert data["output"] == f"{SECRET}\nlength {len(CRM_TOKEN)} True\n{SECRET}\n"  # the script saw the real one
-    assert data["files"] == [{"path": f"key-{SECRET}.txt", "size": 1}]
+    assert sorted(f["path"] for f in data["files"]) == sorted([f"key-{SECRET}.txt", f"{seen.token(name_at(0))}.vcf"])
     assert data["returnValue"] == {SECRET: "as a key", "value": SECRET, "ledger": SECRET}  # pii "off": still
 
 
@@ -744,6 +757,24 @@ async def test_an_error_naming_a_customer_is_tokenized(alice: Peer, language: st
     traceback = data["error"].get("traceback") or ""
     assert CUSTOMERS[3]["email"] not in traceback
     assert re.search(r"no customer with email '\[EMAIL_\d+\]'", data["output"]), data["output"]
+
+
+async def test_a_tools_error_that_echoes_a_restored_value_comes_back_as_its_token(world: World, alice: Peer) -> None:
+    seen = await listing(alice)
+    email = seen.token(name_at(4))
+    code = f"try:\n    crm.get_customer(email={'to: ' + email!r})\nexcept ToolError as e:\n    print(e)\n"
+    data = await run(alice, code)
+    assert data["success"], data["error"]
+    assert last(world.crm, "get_customer") == {"email": f"to: {CUSTOMERS[4]['email']}"}  # restored inside a string
+    assert f"no customer with email 'to: {email}'" in data["output"]
+
+
+async def test_output_cut_at_the_cap_never_shows_part_of_a_value(alice: Peer) -> None:
+    code = f"c = crm.list_customers()['customers'][0]\nprint('x' * {MAX_OUTPUT - 12} + c['email'] + ' ' + c['card'])\n"
+    data = await run(alice, code)
+    assert data["success"], data["error"]
+    assert data["truncated"], data["output"][-80:]
+    assert "alice.mo" not in data["output"] and "4111" not in data["output"], data["output"][-80:]
 
 
 # ----- 8. two clients: unrelated tokens ---------------------------------------------------------------------
