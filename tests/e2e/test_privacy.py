@@ -681,9 +681,7 @@ async def test_a_real_value_the_script_sends_to_a_tool_that_may_not_receive_it_i
 
 
 async def test_a_servers_env_secret_and_api_keys_are_secret_wherever_the_script_puts_them(alice: Peer) -> None:
-    seen = await listing(alice)
     code = (
-        "open(crm.list_customers()['customers'][0]['email'] + '.vcf', 'w').close()\n"
         "t = crm.connection_info()['token']\n"
         "print(t)\n"
         "print('length', len(t), t.startswith('crm-tok-'))\n"
@@ -695,8 +693,41 @@ async def test_a_servers_env_secret_and_api_keys_are_secret_wherever_the_script_
     data = await run(alice, code)
     assert data["success"], data["error"]
     assert data["output"] == f"{SECRET}\nlength {len(CRM_TOKEN)} True\n{SECRET}\n"  # the script saw the real one
-    assert sorted(f["path"] for f in data["files"]) == sorted([f"key-{SECRET}.txt", f"{seen.token(name_at(0))}.vcf"])
+    assert data["files"] == [{"path": f"key-{SECRET}.txt", "size": 1}]
     assert data["returnValue"] == {SECRET: "as a key", "value": SECRET, "ledger": SECRET}  # pii "off": still
+
+
+@pytest.mark.parametrize("extension", ["txt", "vcf"])
+async def test_a_file_named_after_a_customer_is_listed_with_the_token(alice: Peer, extension: str) -> None:
+    """``.txt`` is a file extension the e-mail detector knows (``x@host.com.txt`` is no address); ``.vcf`` is not:
+    either way the value the session knows is the customer's address, and the file shows its token."""
+    seen = await listing(alice)
+    code = f"for c in crm.list_customers()['customers'][:2]:\n    open(c['email'] + '.{extension}', 'w').close()\n"
+    data = await run(alice, code)
+    assert data["success"], data["error"]
+    names = sorted(f["path"] for f in data["files"])
+    assert names == sorted(f"{seen.token(name_at(i))}.{extension}" for i in range(2))
+
+
+GLUED = [
+    pytest.param("c['email'] + '.json'", "{email}.json", id="an-address-then-a-file-extension"),
+    pytest.param("'backup-' + c['email'] + '.1'", "backup-{email}.1", id="an-address-then-a-numbered-suffix"),
+    pytest.param("c['phone'] + 'x12'", "{phone}x12", id="a-phone-then-its-extension"),
+    pytest.param("'tel:' + c['phone'] + ';ext=5'", "tel:{phone};ext=5", id="a-phone-in-a-tel-uri"),
+]
+
+
+@pytest.mark.parametrize(("expression", "expected"), GLUED)
+async def test_a_value_the_session_knows_is_its_token_even_glued_to_other_text(
+    alice: Peer, expression: str, expected: str
+) -> None:
+    """The detectors' boundaries decide what *new* text is an address; a value a result already carried is known
+    and is its token wherever it is printed."""
+    seen = await listing(alice)
+    bob = name_at(1)
+    data = await run(alice, f"c = crm.list_customers()['customers'][1]\nprint({expression})\n")
+    assert data["success"], data["error"]
+    assert data["output"] == expected.format(email=seen.token(bob), phone=seen.token(bob, "phone")) + "\n"
 
 
 @pytest.mark.parametrize(("language", "runner"), [RUNNERS[0], RUNNERS[2]])
@@ -710,7 +741,8 @@ async def test_a_secret_in_an_exception_message_and_traceback_is_secret(
     data = await run(alice, code, language)
     assert not data["success"]
     assert data["error"]["message"].endswith(f"token {SECRET} was refused"), data["error"]
-    assert SECRET in (data["error"].get("traceback") or SECRET)
+    if language == "javascript":  # a stack starts with the message (Python's local runner shows the line only)
+        assert f"token {SECRET} was refused" in data["error"]["traceback"], data["error"]
 
 
 async def test_secrets_are_never_restored(world: World, alice: Peer) -> None:
