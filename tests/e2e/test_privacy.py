@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -327,7 +328,11 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 "pii": {"sinks": {"send_mail": ["email"], "post_public": []}},
             },
         },
-        "ledger": {**crm_entry(ledger, CRM_DATASET="ledger", CRM_API_TOKEN=LEDGER_TOKEN), "pii": "off"},
+        "ledger": {
+            **crm_entry(ledger, CRM_DATASET="ledger", CRM_API_TOKEN=LEDGER_TOKEN),
+            "pii": "off",
+            "policy": {"default": "allow", "pii": {"sinks": {"query": ["email"]}}},
+        },
     }
     path = base / "mcp_servers.json"
     path.write_text(json.dumps({"servers": servers, "pii": PII_SETTINGS}, indent=2), encoding="utf-8")
@@ -919,6 +924,18 @@ async def test_a_server_with_pii_off_passes_its_values_while_a_tokenize_servers_
     ]
 
 
+async def test_a_restored_value_echoed_by_a_pii_off_server_comes_back_as_its_token(world: World, alice: Peer) -> None:
+    """ledger (pii "off") may receive e-mails in its query and echoes the SQL: its own values pass in plaintext,
+    but a value this session knows from crm is its token, whoever echoes it."""
+    seen = await listing(alice)
+    bob = CUSTOMERS[1]
+    sql = f"SELECT * FROM customers WHERE email = '{seen.token(bob['name'])}'"
+    data = await run(alice, f"ledger.query(sql={sql!r})")
+    assert data["success"], data["error"]
+    assert last(world.ledger, "query")["sql"] == f"SELECT * FROM customers WHERE email = '{bob['email']}'"
+    assert data["returnValue"]["sql"] == sql and data["returnValue"]["count"] == 0
+
+
 # ----- 12. approvals and plans ------------------------------------------------------------------------------
 
 
@@ -967,12 +984,30 @@ async def test_a_plans_calls_show_tokens_and_its_approval_sends_the_real_address
     assert [s["to"] for s in sent] == [eve["email"], eve["email"]]
 
 
+async def test_the_cache_database_holds_no_planted_value(alice: Peer) -> None:
+    """After every run above (cached scripts, audit entries, plans): nothing the host stored on disk carries a value
+    in plaintext (run last among the in-process tests)."""
+    await tool(alice, "get_cache_stats", {})
+    database = CACHE_DIR / "scripts.db"
+    assert database.exists()
+    found: dict[str, list[str]] = {}
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                for cell in row:
+                    text = cell.decode("utf-8", "replace") if isinstance(cell, bytes) else str(cell)
+                    if hits := leaks(text, PLANTED):
+                        found.setdefault(table, []).extend(hits)
+    assert not found, {table: sorted(set(values))[:6] for table, values in found.items()}
+
+
 # ----- 13. the desktop way: stdio, a minimal environment, every line of stdout ------------------------------
 
 TEE = """
 import subprocess, sys
 out = open(sys.argv[1], "ab", buffering=0)
-child = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE)
+child = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=open(sys.argv[1] + ".stderr", "ab"))
 assert child.stdout is not None
 for line in child.stdout:
     out.write(line)
@@ -980,7 +1015,8 @@ for line in child.stdout:
     sys.stdout.buffer.flush()
 sys.exit(child.wait())
 """
-"""Runs the server and copies every line it writes to stdout into a file, byte for byte."""
+"""Runs the server and copies every line it writes to stdout into a file, byte for byte (its log, stderr, goes to
+that file's name + ``.stderr``)."""
 
 
 async def test_the_desktop_way_over_stdio_no_line_of_stdout_carries_a_planted_value(
@@ -1023,10 +1059,13 @@ async def test_the_desktop_way_over_stdio_no_line_of_stdout_carries_a_planted_va
                     "print(ledger.connection_info()['token'])\n"
                 )
                 data = await run(p, code)
-    finally:  # whatever happened, every line the server wrote is scanned
+    finally:  # whatever happened, every line the server wrote is scanned (its log too)
         lines = stdout.read_bytes().decode("utf-8", errors="replace").splitlines() if stdout.exists() else []
         for line in lines:
             RECORDER.add("desktop stdout", line, PLANTED_DESKTOP)
+        log = Path(f"{stdout}.stderr")
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []:
+            RECORDER.add("desktop stderr (the server's log)", line, PLANTED_DESKTOP)
     assert len(lines) >= 4, lines
     assert data["success"], data["error"]
     assert data["output"].splitlines()[0].startswith(f"{carla['name']} {email} ")
