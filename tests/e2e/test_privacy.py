@@ -634,6 +634,31 @@ async def test_tokens_nested_in_lists_dicts_and_keys_are_restored(world: World, 
     }
 
 
+async def test_call_tool_by_name_restores_tokens_too(world: World, alice: Peer) -> None:
+    seen = await listing(alice)
+    eve = CUSTOMERS[4]
+    code = f"call_tool('crm', 'get_customer', {{'email': {seen.token(eve['name'])!r}}})['name']"
+    data = await run(alice, code)
+    assert data["success"], data["error"]
+    assert data["returnValue"] == eve["name"]
+    assert last(world.crm, "get_customer") == {"email": eve["email"]}
+
+
+async def test_many_calls_at_once_in_javascript_each_get_their_own_value(world: World, alice: Peer) -> None:
+    seen = await listing(alice)
+    tokens = [seen.token(c["name"]) for c in CUSTOMERS]
+    code = (
+        f"const tokens = {json.dumps(tokens)};\n"
+        "const found = await Promise.all(tokens.map((email) => crm.get_customer({ email })));\n"
+        "export default found.map((c) => [c.name, c.email]);\n"
+    )
+    data = await run(alice, code, "javascript")
+    assert data["success"], data["error"]
+    assert data["returnValue"] == [[c["name"], seen.token(c["name"])] for c in CUSTOMERS]
+    received = [r["email"] for r in records(world.crm, "get_customer")[-6:]]
+    assert sorted(received) == sorted(c["email"] for c in CUSTOMERS)
+
+
 # ----- 5. sinks: a tool that may not receive a kind gets the token ------------------------------------------
 
 
@@ -1027,7 +1052,7 @@ async def test_the_desktop_way_over_stdio_no_line_of_stdout_carries_a_planted_va
     servers = {
         "crm": crm_entry(crm, CRM_API_TOKEN=CRM_TOKEN),
         "mail": {**mail_entry(mail), "policy": {"default": "allow", "pii": {"sinks": {"send_mail": ["email"]}}}},
-        "ledger": crm_entry(None, CRM_DATASET="ledger", CRM_API_TOKEN=LEDGER_TOKEN),
+        "ledger": {**crm_entry(None, CRM_DATASET="ledger", CRM_API_TOKEN=LEDGER_TOKEN), "pii": "off"},
     }
     top_level = {"custom": PII_SETTINGS["custom"], "phoneRegions": PII_SETTINGS["phoneRegions"]}
     config = home / "mcp_servers.json"
@@ -1057,6 +1082,7 @@ async def test_the_desktop_way_over_stdio_no_line_of_stdout_carries_a_planted_va
                     f"mail.send_mail(to={email!r}, subject='Hi', body='Dear customer, your card {card} ...')\n"
                     "print(c['name'], c['email'], c['notes'])\n"
                     "print(ledger.connection_info()['token'])\n"
+                    "print(ledger.list_customers()['customers'][0]['email'])\n"
                 )
                 data = await run(p, code)
     finally:  # whatever happened, every line the server wrote is scanned (its log too)
@@ -1069,7 +1095,7 @@ async def test_the_desktop_way_over_stdio_no_line_of_stdout_carries_a_planted_va
     assert len(lines) >= 4, lines
     assert data["success"], data["error"]
     assert data["output"].splitlines()[0].startswith(f"{carla['name']} {email} ")
-    assert data["output"].splitlines()[1] == SECRET
+    assert data["output"].splitlines()[1:] == [SECRET, LEDGER[0]["email"]]  # "off" wins over CODE_MODE_PII
     assert last(crm, "get_customer") == {"email": carla["email"]}
     assert last(mail, "send_mail") == {
         "to": carla["email"],
