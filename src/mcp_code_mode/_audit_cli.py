@@ -137,6 +137,9 @@ def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
         error = (row["error"] or "").strip()
         if error and not row["ok"]:
             preview += f"  ! {cut(error.splitlines()[0], _PREVIEW_WIDTH)}"
+        pii = row.get("pii") or {}
+        if pii.get("withheld"):
+            preview += f"  [withheld: {', '.join(pii['withheld'])}]"
         lines.append(
             (
                 row["at"],

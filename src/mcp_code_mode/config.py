@@ -30,10 +30,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 from .governance.policy import ServerPolicy
+from .privacy.config import BUILTIN_KINDS, PrivacyConfig
 
 if TYPE_CHECKING:
     from .egress.policy import EgressPolicy
@@ -86,6 +96,9 @@ class ServerConfig(BaseModel):
     """Which of the server's tools a run may call: allow, ask (a person approves) or deny, per tool pattern,
     with conditions on the arguments and call caps (``governance/policy.py``). None: every tool is allowed
     (with ``CODE_MODE_POLICY=annotations``, decided by its annotations)."""
+    pii: Literal["tokenize", "off"] | None = None
+    """What the server's results carry to the model: ``tokenize`` (personal data becomes tokens such as
+    ``[EMAIL_1]``) or ``off``; unset: ``CODE_MODE_PII``. Secrets are replaced whatever it says."""
     base_dir: Path = Path(".")
     """Directory of the servers file; relative ``cwd`` values are resolved against it."""
 
@@ -125,6 +138,20 @@ class Settings(BaseModel):
     """Days the audit log keeps each tool call."""
     audit_tool: bool = False
     """Offer the ``get_audit_log`` tool (operators decide whether a model may read the audit log)."""
+    pii: Literal["tokenize", "off"] = "off"
+    """Personal data in every server's results becomes tokens on the way to the model (``tokenize``), unless
+    the server's entry says ``"pii": "off"``; ``off``: only the servers whose entry says ``tokenize``."""
+    pii_ttl: float = Field(default=86_400.0, gt=0)
+    """Seconds a token lasts after it was last shown or used (then it is unknown: it stays a token)."""
+    pii_max_values: int = Field(default=50_000, ge=1)
+    """Tokens one client session may hold; past it, a new value is written as its kind alone (``[EMAIL]``)."""
+    pii_vault: Literal["memory", "database"] = "memory"
+    """Where tokens and their values are kept: this process's memory, or the cache database with every value
+    sealed (``CODE_MODE_PII_KEY`` required; for several processes sharing one cache, e.g. HTTP --stateless)."""
+    pii_key: SecretStr | None = None
+    """The key that seals values in the cache database (the persisted vault, stored runs' tokens): 64 hex
+    characters, base64 of 32 bytes, or a passphrase of at least 20 characters. Unset: a key of this process
+    only (stored runs' tokens cannot be re-tokenized after a restart; such runs are run again)."""
     max_concurrent_runs: int | None = Field(default=None, ge=1)
     """Runs that may run at once; others wait in the queue. Default: four per core, within the memory budget
     (``memory_budget_mb`` / ``limit_memory_mb``)."""
@@ -263,6 +290,7 @@ class Settings(BaseModel):
         "cache_dir",
         "allowed_packages",
         "auth_token",
+        "pii_key",
         "deno_dir",
         "pyodide_dir",
         "pyodide_cache_dir",
@@ -281,6 +309,21 @@ class Settings(BaseModel):
         # Every entry parses, and ALLOW_PRIVATE takes addresses only (a ValueError names the entry).
         EgressPolicy.from_settings(**{(info.field_name or "").removeprefix("network_"): value})
         return value
+
+    @field_validator("pii_key")
+    @classmethod
+    def _a_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None:
+            from .privacy.seal import load_key
+
+            load_key(key.get_secret_value())  # a ValueError says which forms are accepted, never the key
+        return key
+
+    @model_validator(mode="after")
+    def _vault_has_a_key(self) -> Settings:
+        if self.pii_vault == "database" and self.pii_key is None:
+            raise ValueError("CODE_MODE_PII_VAULT=database needs CODE_MODE_PII_KEY (values are kept sealed)")
+        return self
 
     def egress_policy(self) -> EgressPolicy:
         """The server's egress policy (``network_allow``, ``network_deny``, ``network_allow_private``)."""
@@ -311,10 +354,17 @@ class Settings(BaseModel):
         except ValidationError as exc:
             lines: list[str] = []
             for err in exc.errors():
-                name = str(err["loc"][0]) if err["loc"] else "?"
-                lines.append(f"{source}: {ENV_PREFIX}{name.upper()}: {err['msg']} (got {values.get(name)!r})")
+                if not err["loc"]:  # a rule across settings: its message names them
+                    lines.append(f"{source}: {err['msg'].removeprefix('Value error, ')}")
+                    continue
+                name = str(err["loc"][0])
+                got = "hidden" if name in _SECRET_SETTINGS else repr(values.get(name))
+                lines.append(f"{source}: {ENV_PREFIX}{name.upper()}: {err['msg']} (got {got})")
             raise ConfigError("\n".join(lines)) from None
 
+
+_SECRET_SETTINGS = {"auth_token", "pii_key"}
+"""Settings whose value an error message never shows."""
 
 # CODE_MODE_* variables that are read elsewhere, not settings of the server itself.
 _NON_SETTINGS = {"env_file"}
@@ -437,10 +487,12 @@ SERVER_FIELDS = (
     "startupTimeout",
     "description",
     "policy",
+    "pii",
 )
 """The fields a server entry may have (``startup_timeout`` is accepted for ``startupTimeout``)."""
-TOP_LEVEL_KEYS = ("servers", "mcpServers", "inputs", "$schema")
-"""The keys the servers file may have at the top level; VS Code's ``inputs`` and ``$schema`` are ignored."""
+TOP_LEVEL_KEYS = ("servers", "mcpServers", "pii", "inputs", "$schema")
+"""The keys the servers file may have at the top level (``pii``: ``privacy.config``); VS Code's ``inputs`` and
+``$schema`` are ignored."""
 
 
 _LONG_NAMES = {
@@ -527,6 +579,12 @@ def _parse_entry(name: str, raw: object, base_dir: Path) -> tuple[ServerConfig |
 
 def parse_servers(text: str, *, source: str, base_dir: Path) -> dict[str, ServerConfig]:
     """Parse the servers file's text. Raises one ``ConfigError`` listing every problem, each named."""
+    return parse_document(text, source=source, base_dir=base_dir)[0]
+
+
+def parse_document(text: str, *, source: str, base_dir: Path) -> tuple[dict[str, ServerConfig], PrivacyConfig]:
+    """Parse the servers file's text: the servers and the top-level ``pii``. One ``ConfigError`` lists every
+    problem, each named."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -554,20 +612,44 @@ def parse_servers(text: str, *, source: str, base_dir: Path) -> dict[str, Server
         problems.extend(errors)
         if config is not None:
             servers[config.name] = config
+    privacy = PrivacyConfig()
+    if "pii" in data:
+        try:
+            privacy = PrivacyConfig.model_validate(data["pii"])
+        except ValidationError as exc:
+            problems.extend(
+                f"top-level 'pii', field {_field_path(err['loc'])!r}: {err['msg']} (got {err.get('input')!r})"
+                for err in exc.errors()
+            )
+    kinds = {*BUILTIN_KINDS, *(c.kind for c in privacy.custom), "*"}
+    for server in servers.values():
+        sinks = server.policy.pii.sinks if server.policy is not None and server.policy.pii is not None else {}
+        for pattern, named in sinks.items():
+            problems.extend(
+                f"server {server.name!r}, field 'policy.pii.sinks.{pattern}': unknown kind {kind!r} "
+                f'(kinds: {", ".join(sorted(kinds - {"*"}))}, or "*")'
+                for kind in named
+                if kind not in kinds
+            )
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems))
-    return servers
+    return servers, privacy
 
 
 def load_servers(path: Path) -> dict[str, ServerConfig]:
     """Read and parse a servers file."""
+    return load_document(path)[0]
+
+
+def load_document(path: Path) -> tuple[dict[str, ServerConfig], PrivacyConfig]:
+    """Read and parse a servers file: the servers and the top-level ``pii``."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (give --config or set {ENV_PREFIX}CONFIG)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read: {exc}") from None
-    return parse_servers(text, source=str(path), base_dir=path.resolve().parent)
+    return parse_document(text, source=str(path), base_dir=path.resolve().parent)
 
 
 class CodeModeConfig(BaseModel):
@@ -579,6 +661,8 @@ class CodeModeConfig(BaseModel):
     servers: dict[str, ServerConfig]
     settings: Settings
     env: dict[str, str]
+    privacy: PrivacyConfig = PrivacyConfig()
+    """The servers file's top-level ``pii``: detectors, custom kinds, phone regions."""
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> CodeModeConfig:
@@ -586,7 +670,8 @@ class CodeModeConfig(BaseModel):
         variables = dict(env) if env is not None else load_environment(config=Path(path) if path is not None else None)
         settings = Settings.from_env(variables)
         chosen = Path(path) if path is not None else settings.config or Path(DEFAULT_CONFIG_NAME)
-        return cls(path=chosen, servers=load_servers(chosen), settings=settings, env=variables)
+        servers, privacy = load_document(chosen)
+        return cls(path=chosen, servers=servers, settings=settings, env=variables, privacy=privacy)
 
     @classmethod
     def from_servers(
@@ -596,8 +681,12 @@ class CodeModeConfig(BaseModel):
         settings: Settings | None = None,
         env: Mapping[str, str] | None = None,
         base_dir: Path | None = None,
+        pii: Mapping[str, Any] | None = None,
     ) -> CodeModeConfig:
-        """Build a config in code (tests, library users) from the same shape as the file's ``servers``."""
-        text = json.dumps({"servers": servers})
-        parsed = parse_servers(text, source="<servers>", base_dir=base_dir or Path.cwd())
-        return cls(path=None, servers=parsed, settings=settings or Settings(), env=dict(env or os.environ))
+        """Build a config in code (tests, library users) from the same shape as the file's ``servers`` (and
+        its top-level ``pii``)."""
+        text = json.dumps({"servers": servers, **({"pii": pii} if pii is not None else {})})
+        parsed, privacy = parse_document(text, source="<servers>", base_dir=base_dir or Path.cwd())
+        return cls(
+            path=None, servers=parsed, settings=settings or Settings(), env=dict(env or os.environ), privacy=privacy
+        )

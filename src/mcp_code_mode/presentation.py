@@ -46,6 +46,7 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
                 "planTtlS": settings.plan_ttl,
             },
         },
+        "privacy": engine.privacy.describe(),
         "isolation": isolation,
         "requireIsolation": settings.require_isolation,
         "runners": {
@@ -163,6 +164,11 @@ def describe_servers(engine: CodeMode) -> str:
         text += (
             '\nA call that asks waits for the person\'s approval (deny: ToolError). mode="plan" records such calls'
             " instead (result: plan.planId); approvePlan=<planId> then runs the same code with them approved."
+        )
+    if engine.privacy.active:
+        text += (
+            "\nPersonal data reaches you as tokens ([EMAIL_1], [PHONE_2]); scripts see the real values. Write a token"
+            " in a tool call's arguments to use its value: the host restores it where that tool may receive it."
         )
     return text
 

@@ -553,30 +553,34 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         query: Annotated[str, Field(description="The task, in words.")],
         language: Annotated[str | None, Field(description="Only this language.")] = None,
         limit: Annotated[int, Field(ge=1, le=50)] = 5,
+        ctx: Context | None = None,
     ) -> Json:
         """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
         with tool_errors():
-            results = await engine.search_scripts(query, language, limit)
-        return {"query": query, "scripts": [r.to_json() for r in results]}
+            results = await engine.search_scripts(query, language, limit, client=client_of(ctx))
+        return {"query": query, "scripts": results}
 
     @server.tool(name="list_cached_scripts")
     async def list_cached_scripts(
         language: Annotated[str | None, Field(description="Only this language.")] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        ctx: Context | None = None,
     ) -> Json:
         """Cached scripts, most recently used first."""
         with tool_errors():
-            scripts = await engine.list_scripts(language, limit)
-        return {"scripts": [s.summary() for s in scripts]}
+            scripts = await engine.list_scripts(language, limit, client=client_of(ctx))
+        return {"scripts": scripts}
 
     @server.tool(name="get_cached_script")
-    async def get_cached_script(hash: Annotated[str, Field(description="Its hash (or a unique prefix).")]) -> Json:
+    async def get_cached_script(
+        hash: Annotated[str, Field(description="Its hash (or a unique prefix).")], ctx: Context | None = None
+    ) -> Json:
         """A cached script: code, result, tools, packages and stats."""
         with tool_errors():
-            script = await engine.get_script(hash)
+            script = await engine.get_script(hash, client=client_of(ctx))
         if script is None:
             raise ToolError(f"no cached script with hash {hash!r} (or the prefix is ambiguous)")
-        return script.to_json()
+        return script
 
     @server.tool(name="get_cache_stats")
     async def get_cache_stats() -> Json:

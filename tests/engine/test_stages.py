@@ -12,7 +12,7 @@ import pytest
 
 from mcp_code_mode.bridge import FileEntry, RunResult
 from mcp_code_mode.cache import ScriptCache, ToolUse
-from mcp_code_mode.engine._caching import CacheStage
+from mcp_code_mode.engine._caching import CacheStage, replayed
 from mcp_code_mode.engine._environment import prepare
 from mcp_code_mode.engine._progress import RunProgress, reporting
 from mcp_code_mode.engine._request import RunPlan
@@ -53,8 +53,11 @@ def stage(tmp_path: Path) -> Any:
 async def test_a_side_effect_free_run_is_replayed_and_one_with_tool_calls_is_not(stage: CacheStage) -> None:
     plain = stage.key(a_plan("print(1)"), BUNDLE)
     await stage.store(plain, RunResult(success=True, output="1\n"), [], None)
-    hit = await stage.lookup(plain, time.perf_counter())
-    assert hit is not None and hit.cached and hit.output == "1\n" and hit.runner == "fake"
+    stored = await stage.lookup(plain, time.perf_counter())
+    assert stored is not None
+    hit = replayed(stored, time.perf_counter())
+    assert hit.cached and hit.output == "1\n" and hit.runner == "fake"
+    assert await stage.lookup(plain, time.perf_counter(), readable=lambda s: False) is None  # another key's tokens
 
     calls = stage.key(a_plan("srv.tool()"), BUNDLE)
     await stage.store(calls, RunResult(success=True, tool_calls=1), [ToolUse("srv", "tool", "h")], None)
@@ -66,8 +69,8 @@ async def test_a_run_that_left_files_is_not_replayed_but_reuse_replays_it(stage:
     await stage.store(keyed, RunResult(success=True, files=[FileEntry("a", 0)]), [], None)
     assert await stage.lookup(keyed, time.perf_counter()) is None
     reuse = stage.key(a_plan("open('a','w')", mode="reuse"), BUNDLE)
-    hit = await stage.lookup(reuse, time.perf_counter())
-    assert hit is not None and hit.files == [FileEntry("a", 0)]
+    stored = await stage.lookup(reuse, time.perf_counter())
+    assert stored is not None and replayed(stored, time.perf_counter()).files == [FileEntry("a", 0)]
 
 
 async def test_the_key_changes_with_the_stubs_and_the_runner(stage: CacheStage) -> None:

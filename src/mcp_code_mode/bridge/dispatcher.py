@@ -80,6 +80,8 @@ class ToolCallRecord:
     error: str | None = None
     called: bool = True
     """Whether the call reached its server (a planned, denied or refused call did not)."""
+    pii: dict[str, Any] | None = None
+    """What was done to the tokens in its arguments (``privacy.PiiNote``), when it had any."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,18 @@ class CallGate(Protocol):
     ) -> Admission: ...
 
 
+class CallPrivacy(Protocol):
+    """Tokens in a call's arguments and the personal data in its results (``privacy.RunPrivacy``)."""
+
+    def restore(self, server: str, tool: str, arguments: Any) -> tuple[Any, Any]:
+        """The arguments the tool receives, and a note (falsy when there were no tokens)."""
+        ...
+
+    def harvest(self, server: str, value: Any) -> None:
+        """Note what a result (or an error message) of ``server`` carried, on its way to the script."""
+        ...
+
+
 CallObserver = Callable[[ToolCallRecord, dict[str, Any]], None]
 """Told of every call once it is answered, with its arguments (the audit log)."""
 
@@ -121,6 +135,8 @@ class ToolDispatcher:
     concurrency: int = 16
     """Calls of this run made to servers at once (``CODE_MODE_MAX_CONCURRENT_CALLS``); a call waiting for a
     person's approval holds no slot, so the calls sent together are asked about together."""
+    privacy: CallPrivacy | None = None
+    """Restores tokens in arguments before the gate and the call; notes what results carry."""
 
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
@@ -157,6 +173,10 @@ class ToolDispatcher:
             return {"error": {"message": message, **where}}
         started = time.perf_counter()
         record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
+        if self.privacy is not None:  # the gate judges, and the tool receives, what the tokens stand for
+            arguments, note = self.privacy.restore(real_server, real_tool, arguments)
+            if note:
+                record.pii = note.to_json()
         try:
             admission = await self.gate.admit(spec.info, arguments, position, line) if self.gate else Admission()
             record.decision = admission.decision
@@ -171,9 +191,14 @@ class ToolDispatcher:
                 result = await self.pool.call_tool(real_server, real_tool, arguments)
             if result.is_error:
                 record.error = error_text(result)
+                if self.privacy is not None:
+                    self.privacy.harvest(real_server, record.error)
                 return {"error": {"message": record.error, **where}}
             record.ok = True
-            return {"value": result_to_value(result)}
+            value = result_to_value(result)
+            if self.privacy is not None:
+                self.privacy.harvest(real_server, value)
+            return {"value": value}
         except DownstreamError as exc:
             record.error = str(exc)
             return {"error": {"message": record.error, **where}}

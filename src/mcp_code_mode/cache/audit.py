@@ -98,6 +98,7 @@ _COLUMNS = (
     "ms",
     "ok",
     "error",
+    "pii",
 )
 _INSERT = f"INSERT INTO audit({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 
@@ -165,6 +166,8 @@ class AuditEntry:
     """How long the call took (0 for one not made)."""
     ok: bool = False
     error: str | None = None
+    pii: dict[str, Any] | None = None
+    """What was done to the tokens in the arguments (``privacy.PiiNote``: the kinds restored and withheld)."""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -187,6 +190,7 @@ class AuditEntry:
         run_hash: str | None = None,
         at: float | None = None,
         preview_limit: int = PREVIEW_LIMIT,
+        pii: dict[str, Any] | None = None,
     ) -> AuditEntry:
         """An entry for a call with these arguments: their digest and redacted preview computed here."""
         return cls(
@@ -203,6 +207,7 @@ class AuditEntry:
             ms=ms,
             ok=ok,
             error=error,
+            pii=pii,
         )
 
     def _row(self) -> tuple[Any, ...]:
@@ -221,6 +226,7 @@ class AuditEntry:
             self.ms,
             int(self.ok),
             error,
+            json.dumps(self.pii) if self.pii else None,
         )
 
 
@@ -263,6 +269,7 @@ def _entry_json(row: sqlite3.Row) -> dict[str, Any]:
         "ms": row["ms"],
         "ok": bool(row["ok"]),
         "error": row["error"],
+        **({"pii": json.loads(row["pii"])} if row["pii"] else {}),
     }
 
 

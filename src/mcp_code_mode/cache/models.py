@@ -38,6 +38,8 @@ class NewScript:
     key_version: int = KEY_VERSION
     network_use: dict[str, Any] | None = None
     """The run's figures from the proxy (``bridge.NetworkUse``), when it had the network."""
+    pii_tokens: bytes | None = None
+    """The tokens its output holds and what they stand for, sealed (``privacy``); None when none."""
 
 
 @dataclass
@@ -70,6 +72,9 @@ class StoredScript:
     """The ``keys.KEY_VERSION`` it was keyed with; lookups only match the current one."""
     network_use: dict[str, Any] | None = None
     """What the run did through the egress proxy (hosts, bytes, refusals), when it had the network."""
+    pii_tokens: bytes | None = None
+    """The tokens its output holds and what they stand for, sealed (``privacy``): a replay re-tokenizes them
+    for its client. Never shown."""
 
     @property
     def side_effect_free(self) -> bool:
@@ -143,6 +148,7 @@ def row_to_script(row: sqlite3.Row) -> StoredScript:
         last_used_at=row["last_used_at"],
         key_version=row["key_version"],
         network_use=json.loads(row["network_use"]) if row["network_use"] else None,
+        pii_tokens=row["pii_tokens"],
     )
 
 

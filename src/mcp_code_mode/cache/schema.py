@@ -117,11 +117,11 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 5: privacy (``mcp_code_mode.privacy``). ``audit.pii``: which kinds of tokens a call's arguments had
     # restored or withheld (JSON, NULL when none). ``scripts.pii_tokens``: the tokens a stored run's output,
-    # code and description hold, with their values, sealed (AES-GCM; ``privacy.seal``), so a replay to
-    # another client re-tokenizes them; NULL when none. ``pii_vault``: the persisted vault
+    # return value and file names hold, with their values, sealed (AES-GCM; ``privacy.seal``), so a replay
+    # to another client re-tokenizes them; NULL when none. ``pii_vault``: the persisted vault
     # (``CODE_MODE_PII_VAULT=database``): per client (an HMAC of its name) each token with an HMAC of its
-    # value (to find a value's token) and the value sealed, never in plaintext; ``pii_counters``: the last number given per client and kind (a
-    # number is never given twice, even after its token expired).
+    # value (to find a value's token) and the value sealed, never in plaintext. ``pii_counters``: the last
+    # number given per client and kind (a number is never given twice, even after its token expired).
     """
     ALTER TABLE audit ADD COLUMN pii TEXT;
     ALTER TABLE scripts ADD COLUMN pii_tokens BLOB;

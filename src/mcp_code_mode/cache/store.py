@@ -197,6 +197,7 @@ class ScriptStore:
             "tool_calls": script.tool_calls,
             "network": int(script.network),
             "network_use": json.dumps(script.network_use) if script.network_use is not None else None,
+            "pii_tokens": script.pii_tokens,
             "execution_ms": script.execution_ms,
         }
         row = conn.execute("SELECT id, description_given FROM scripts WHERE hash = ?", (script.hash,)).fetchone()

@@ -9,6 +9,7 @@ a server, files left, connections through the egress proxy), never from what a r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -55,17 +56,29 @@ class CacheStage:
         )
         return Keyed(plan, code_key(plan.code, context))
 
-    async def lookup(self, keyed: Keyed, started: float) -> RunResult | None:
-        """A stored result for this key, when the mode replays and one fits (in a worker thread: a hit is
+    async def lookup(
+        self, keyed: Keyed, started: float, readable: Callable[[StoredScript], bool] | None = None
+    ) -> StoredScript | None:
+        """A stored run for this key, when the mode replays and one fits (in a worker thread: a hit is
         counted, and another process may hold the write lock a moment; a mode that reads nothing skips the
-        thread hop)."""
+        thread hop). ``readable``: whether this server can give the client its own tokens for the stored
+        ones (a run stored under another key is run again)."""
         mode = keyed.plan.mode
         if not self.scripts.reads(mode):
             return None
         hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, keyed.key)
-        return replayed(hit, started) if hit is not None else None
+        if hit is None or (readable is not None and not readable(hit)):
+            return None
+        return hit
 
-    async def store(self, keyed: Keyed, result: RunResult, tools: list[ToolUse], description: str | None) -> str:
+    async def store(
+        self,
+        keyed: Keyed,
+        result: RunResult,
+        tools: list[ToolUse],
+        description: str | None,
+        pii_tokens: bytes | None = None,
+    ) -> str:
         """Record a finished run as the mode says; the run's full hash (its key and the tools it used)."""
         plan = keyed.plan
         run_hash = full_key(keyed.key, tools)
@@ -90,6 +103,7 @@ class CacheStage:
                 network=self.used_network(plan, result),
                 network_use=result.network.model_dump() if result.network is not None else None,
                 execution_ms=result.execution_time,
+                pii_tokens=pii_tokens,
             )
         if self.scripts.writes(plan.mode):
             await anyio.to_thread.run_sync(self.scripts.after_run, plan.mode, new)

@@ -27,7 +27,7 @@ import anyio
 from ..admission import Admission
 from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import CallObserver, ToolCallRecord
-from ..cache import ScriptCache, StoredScript, ToolUse
+from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
@@ -38,14 +38,16 @@ from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
+from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
 from ..runners.registry import build_runners, default_runners
 from ..sandbox import detect_sandbox
 from ..stubs import StubIndex
 from ..validate import oversize
-from ._caching import CacheStage, Keyed
+from ._caching import CacheStage, Keyed, replayed
 from ._environment import prepare
 from ._gate import RunGate, RunMode
+from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, plan_run, resolve, validate_packages
 from ._stubs import StubBook
@@ -108,6 +110,8 @@ class CodeMode:
         self._audit_writer: AuditWriter | None = None
         self._pruned_at = time.monotonic()
         self.tool_search = ToolSearch(self.embedder)
+        self.privacy = build_privacy(config)
+        """Secrets and personal data on the way to the model, tokens on the way to the tools (``privacy``)."""
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -122,6 +126,8 @@ class CodeMode:
         started: list[Runner] = []
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
+        if self.settings.pii_vault == "database":
+            await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
         load = getattr(self.embedder, "load", None)
         if load is not None:  # read the model's weights now, off the first run's path (~0.5 s)
             threading.Thread(target=load, name="embedder-load", daemon=True).start()
@@ -175,6 +181,7 @@ class CodeMode:
             if self.audit is not None:
                 self.audit.close()
             self.tool_search.close()
+            self.privacy.vault.close()
 
     def _open_audit(self) -> None:
         try:
@@ -334,10 +341,14 @@ class CodeMode:
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
         approved = await self._approved_calls(approve_plan, mode, keyed.key, client)
-        if mode == "plan" or approve_plan is not None:  # a plan or its approval is never a replay
+        privacy = self.privacy.run(client)
+        # A plan or its approval is never a replay; nor is code with this client's tokens (what they stand
+        # for is this client's: another's identical code means other values).
+        if mode == "plan" or approve_plan is not None or privacy.known_tokens(code):
             keyed = Keyed(dataclasses.replace(plan, mode="off"), keyed.key)
-        hit = await self._cache.lookup(keyed, started)
-        if hit is not None:  # a replay reports once, all at once: its output and where it is
+        stored = await self._cache.lookup(keyed, started, lambda s: privacy.readable(s.pii_tokens))
+        if stored is not None:  # a replay reports once, all at once: its output and where it is
+            hit = self._for_client(privacy, stored.pii_tokens, replayed(stored, started))
             if on_output is not None and hit.output:
                 await on_output(hit.output)
             if on_progress is not None:
@@ -347,13 +358,14 @@ class CodeMode:
         if prepared.error is not None:
             return RunResult(
                 success=False,
-                error=ErrorDetail("PackageInstallError", prepared.error),
+                error=ErrorDetail("PackageInstallError", privacy.mask_text(prepared.error)),
                 language=plan.language,
                 runner=chosen.name,
                 hash=keyed.key,
                 install_time=prepared.install_ms,
             )
         authorized = chosen.authorized_imports(plan.package_imports)
+        stream = privacy.stream(on_output) if on_output is not None else None
         request = RunRequest(
             code=code,
             language=plan.language,
@@ -366,7 +378,7 @@ class CodeMode:
             environment=str(prepared.environment.path) if prepared.environment else None,
             preload=plan.package_imports if prepared.environment else (),
             packages=plan.requirements,
-            on_output=on_output,
+            on_output=stream.write if stream is not None else None,
             max_concurrent_calls=settings.max_concurrent_calls,
         )
         clock = RunClock()
@@ -376,15 +388,16 @@ class CodeMode:
             if elicit is not None
             else None
         )
-        gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved)
+        gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved, mask=privacy.mask)
         run_id = uuid.uuid4().hex
         dispatcher = ToolDispatcher(
             self.pool,
             self.index,
             settings.max_tool_calls,
             gate=gate,
-            observe=self._auditor(client, run_id, keyed.key),
+            observe=self._auditor(client, run_id, keyed.key, privacy),
             concurrency=settings.max_concurrent_calls,
+            privacy=privacy,
         )
 
         async def queued(ahead: int) -> None:
@@ -400,6 +413,9 @@ class CodeMode:
                     started=started,
                     interval=settings.progress_interval_ms / 1000,
                 )
+                if stream is not None:
+                    await stream.flush()
+        masked(privacy, result)
         result.language, result.runner = plan.language, chosen.name
         result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
         result.calls = [
@@ -409,7 +425,8 @@ class CodeMode:
         result.install_time = prepared.install_ms
         result.cached = False
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
-        result.hash = await self._cache.store(keyed, result, tools, description)
+        pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
+        result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
         if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
             # Every call of the run is committed before the run is answered (the writer batches them).
             await anyio.to_thread.run_sync(self._audit_writer.flush)
@@ -456,9 +473,10 @@ class CodeMode:
         await anyio.to_thread.run_sync(lambda: self.audit.save_plan(plan_id, code_hash, client, ttl, calls))  # pyright: ignore[reportOptionalMemberAccess]
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
 
-    def _auditor(self, client: str, run_id: str, code_hash: str) -> CallObserver | None:
+    def _auditor(self, client: str, run_id: str, code_hash: str, privacy: RunPrivacy) -> CallObserver | None:
         """Queue each call of a run for the audit log as it is answered (``AuditWriter``: built and committed
-        off the event loop, all of a run's calls before the run is answered)."""
+        off the event loop, all of a run's calls before the run is answered). What is kept is what a model
+        may see: arguments and errors masked (``privacy``), so the log holds no value in plaintext."""
         writer = self._audit_writer
         if writer is None:
             return None
@@ -468,14 +486,15 @@ class CodeMode:
                 at=time.time(),
                 server=record.server,
                 tool=record.tool,
-                arguments=arguments,
+                arguments=privacy.mask(arguments),
                 decision=record.decision,
                 client=client,
                 run_id=run_id,
                 code_hash=code_hash,
                 ms=record.ms,
                 ok=record.ok,
-                error=record.error,
+                error=privacy.mask_text(record.error) if record.error else None,
+                pii=record.pii,
             )
 
         return observe
@@ -557,14 +576,36 @@ class CodeMode:
                 tool["policy"] = decision  # ask: the call waits for approval; deny: it is refused
         return found
 
-    async def search_scripts(self, query: str, language: str | None = None, limit: int = 5) -> list[Any]:
-        return await anyio.to_thread.run_sync(self.scripts.search, query, language, limit)
+    async def search_scripts(
+        self, query: str, language: str | None = None, limit: int = 5, *, client: str = "library"
+    ) -> list[dict[str, Any]]:
+        """``search_cached_scripts``: each hit as JSON, as ``client`` may see it (its own tokens)."""
+        found = await anyio.to_thread.run_sync(self.scripts.search, query, language, limit)
+        privacy = self.privacy.run(client)
+        return [privacy.present(r.script.pii_tokens, r.to_json()) for r in found]
 
-    async def list_scripts(self, language: str | None = None, limit: int = 20) -> list[StoredScript]:
-        return await anyio.to_thread.run_sync(self.scripts.list, language, limit)
+    async def list_scripts(
+        self, language: str | None = None, limit: int = 20, *, client: str = "library"
+    ) -> list[dict[str, Any]]:
+        """``list_cached_scripts``: each script's summary, as ``client`` may see it."""
+        scripts = await anyio.to_thread.run_sync(self.scripts.list, language, limit)
+        privacy = self.privacy.run(client)
+        return [privacy.present(s.pii_tokens, s.summary()) for s in scripts]
 
-    async def get_script(self, hash: str) -> StoredScript | None:
-        return await anyio.to_thread.run_sync(self.scripts.get, hash)
+    async def get_script(self, hash: str, *, client: str = "library") -> dict[str, Any] | None:
+        """``get_cached_script``: everything about a stored script, as ``client`` may see it."""
+        script = await anyio.to_thread.run_sync(self.scripts.get, hash)
+        return None if script is None else self.privacy.run(client).present(script.pii_tokens, script.to_json())
+
+    @staticmethod
+    def _for_client(privacy: RunPrivacy, sealed: bytes | None, result: RunResult) -> RunResult:
+        """A replayed result with this client's tokens for the stored ones."""
+        if sealed:
+            result.output = privacy.retokenize(sealed, result.output)
+            result.return_value = privacy.retokenize(sealed, result.return_value)
+            for entry in result.files:
+                entry.path = privacy.retokenize(sealed, entry.path)
+        return result
 
     def cache_stats(self) -> dict[str, Any]:
         """``get_cache_stats``: the script cache, and the package environments with their size."""
@@ -573,6 +614,18 @@ class CodeMode:
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""
         return {"source": self.whitelist.source, **self.whitelist.listing(language)}
+
+
+def masked(privacy: RunPrivacy, result: RunResult) -> None:
+    """Mask what a run's result carries to the model (in place): output, return value, error, file names."""
+    result.output = privacy.mask_text(result.output)
+    result.return_value = privacy.mask(result.return_value)
+    if result.error is not None:
+        result.error.message = privacy.mask_text(result.error.message)
+        if result.error.traceback:
+            result.error.traceback = privacy.mask_text(result.error.traceback)
+    for entry in result.files:
+        entry.path = privacy.mask_text(entry.path)
 
 
 _STUB_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(")

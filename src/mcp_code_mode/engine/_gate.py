@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,6 +72,9 @@ class RunGate:
     """The calls of an approved plan (``PlannedCall.to_json``): each lets one identical call through unasked."""
     planned: list[PlannedCall] = field(default_factory=list[PlannedCall])
     counter: RunCounter = field(default_factory=RunCounter)
+    mask: Callable[[Any], Any] | None = None
+    """What a person or a model may see of arguments (``privacy``: tokens for personal data, ``[SECRET]``):
+    applied to what a plan keeps and an approval question shows, and to the plan's matching."""
 
     def __post_init__(self) -> None:
         self._budget = Counter(call_key(c["server"], c["tool"], c["arguments"]) for c in self.approved)
@@ -83,9 +86,10 @@ class RunGate:
         verdict = self.book.decide(server, name, tool.annotations, arguments)
         if verdict.decision == "deny":
             return Admission("denied", error=f"denied: {server}.{verdict.reason}")
+        shown = self.mask(arguments) if self.mask is not None and verdict.decision == "ask" else arguments
         if verdict.decision == "ask" and self.mode == "plan":  # recorded, not made: no cap counts it yet
             number = f"c{len(self.planned) + 1}"
-            planned = PlannedCall(number, server, name, dict(arguments), position, verdict.rule, line)
+            planned = PlannedCall(number, server, name, dict(shown), position, verdict.rule, line)
             self.planned.append(planned)
             return Admission("planned", answered=True, value={"planned": True, "id": planned.id})
         max_per_run, per_minute = self.book.limits(server, name)
@@ -96,13 +100,13 @@ class RunGate:
             return Admission("over_cap", error=f"over cap: {server}.{over}")
         if verdict.decision == "allow":
             return Admission("allowed")
-        key = call_key(server, name, arguments)
+        key = call_key(server, name, shown)
         if self._budget[key] > 0:
             self._budget[key] -= 1
             return Admission("approved")
         if self.approver is None:
             return Admission("refused", error=NO_ELICITATION.format(server=server, reason=verdict.reason))
-        answer = await self.approver.decide(Gated(server, name, arguments, position, verdict.rule, line))
+        answer = await self.approver.decide(Gated(server, name, shown, position, verdict.rule, line))
         if answer.allowed:
             return Admission("approved")
         return Admission("denied", error=f"denied: {server}.{name}: {answer.how} ({verdict.rule})")

@@ -12,6 +12,7 @@ from .policy import (
     MISSING,
     ArgumentCondition,
     Decision,
+    PiiPolicy,
     PolicyBook,
     PolicyMode,
     RateLimiter,
@@ -28,6 +29,7 @@ from .policy import (
 __all__ = [
     "MISSING",
     "ArgumentCondition",
+    "PiiPolicy",
     "Decision",
     "PolicyBook",
     "PolicyMode",

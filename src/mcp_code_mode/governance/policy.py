@@ -325,6 +325,49 @@ class ToolRule(BaseModel):
         return out
 
 
+SINK_KIND = re.compile(r"\*|[a-z][a-z0-9_]{0,31}")
+
+
+class PiiPolicy(BaseModel):
+    """A server's ``policy.pii``: which of its tools may receive which kinds of personal data in plaintext.
+
+    ``sinks`` maps a pattern over the tool's original name (as ``tools`` does: ``fnmatch``, case-sensitive,
+    first match wins) to the kinds it may receive: ``["email", "phone"]``, ``["*"]`` for every kind, ``[]``
+    for none. A token of such a kind in a call's arguments is replaced with its value before the call; any
+    other token stays a token. A tool no entry matches receives the values its own server's results carried
+    (and nothing else in plaintext). Secrets are never restored, whatever the sinks say."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
+
+    sinks: dict[str, list[str]] = Field(default_factory=dict)
+    """Tool pattern → the kinds it may receive in plaintext."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: object) -> object:
+        _check_keys(data, ("sinks",), "policy.pii")
+        return data
+
+    @field_validator("sinks")
+    @classmethod
+    def _kinds(cls, sinks: dict[str, list[str]]) -> dict[str, list[str]]:
+        for pattern, kinds in sinks.items():
+            if not pattern:
+                raise _error("an empty tool pattern in policy.pii.sinks matches no tool")
+            for kind in kinds:
+                if not SINK_KIND.fullmatch(kind):
+                    raise _error(f'sinks[{json.dumps(pattern)}]: {kind!r} is not a kind (e.g. "email", or "*")')
+        return sinks
+
+    def kinds_for(self, tool: str) -> frozenset[str] | None:
+        """The kinds the first entry matching ``tool`` allows (``*`` among them: every kind), or None when
+        no entry matches (then the values of the tool's own server)."""
+        for pattern, kinds in self.sinks.items():
+            if fnmatch.fnmatchcase(tool, pattern):
+                return frozenset(kinds)
+        return None
+
+
 class ServerPolicy(BaseModel):
     """A server's ``policy``: its default and its tool entries, tried in order."""
 
@@ -335,11 +378,13 @@ class ServerPolicy(BaseModel):
     say nothing)."""
     tools: dict[str, ToolRule] = Field(default_factory=dict)
     """Patterns over the tools' original names (``fnmatch``, case-sensitive), first match wins."""
+    pii: PiiPolicy | None = None
+    """Which tools may receive which kinds of personal data in plaintext (``sinks``; ``privacy``)."""
 
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: object) -> object:
-        _check_keys(data, ("default", "tools"), "a policy")
+        _check_keys(data, ("default", "tools", "pii"), "a policy")
         return data
 
     @field_validator("tools")

@@ -1,0 +1,432 @@
+"""Tokenizing what goes to the model, restoring what goes to the tools: ``Privacy`` (the server's) and
+``RunPrivacy`` (one run's, for one client).
+
+What reaches the model (a run's output as it streams and in its result, its return value, its error and
+traceback, the names of the files it left, the arguments an approval question or a plan shows, the audit
+log's previews, stored runs shown by the cache tools) passes ``RunPrivacy.mask``:
+
+1. Secrets become ``[SECRET]``, always: the values of every downstream server's ``env`` and ``headers``
+   (and this server's own auth token), bearer tokens and the well-known key formats (``detect.Secrets``).
+   They are never restored.
+2. When personal data is tokenized at all (``CODE_MODE_PII=tokenize``, or any server's ``"pii": "tokenize"``),
+   every value the detectors find becomes its client's token (``vault``): ``[EMAIL_1]``, ``[PHONE_2]``. A value
+   that a ``"pii": "off"`` server's results carried in this run stays as it is, unless a tokenizing server's
+   results also carried it or the run had it restored from a token.
+
+The script itself sees real values: tool results reach it unchanged. The host reads each result of a
+tokenizing server on its way (``harvest``) to learn which server each value came from: a tool may receive
+the values of its own server in plaintext, and what a server's ``policy.pii.sinks`` allows.
+
+``restore`` rewrites a call's arguments before the host makes the call: each of this client's tokens, in
+any string at any depth (keys too; inside a larger string, such as an SQL query or a mail body), becomes its
+value if the tool may receive that kind; otherwise it stays a token and the call's note says so
+(``withheld``). A token this client was never given (another client's, an expired one, a made-up one) stays
+as it is (``unknown``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .config import PrivacyConfig
+from .seal import Sealer
+from .vault import SECRET, TOKEN, Entry, Vault
+
+if TYPE_CHECKING:
+    from .detect import Found
+
+MAX_HARVESTED = 200_000
+"""Values one run remembers the origin of (results larger than that are still tokenized, without origin)."""
+MIN_NUMBER_DIGITS = 7
+"""A JSON number with at least this many digits is checked as text (a phone or card number as a number)."""
+_PEM_BEGIN = "-----BEGIN"
+STREAM_HOLD = 4096
+"""Characters of output without a line break a stream holds before it lets all but the last part go."""
+STREAM_TAIL = 512
+"""Characters a stream always holds back from a long unbroken run (a value could be cut there)."""
+
+
+@dataclass(frozen=True)
+class PiiNote:
+    """What ``restore`` did to one call's arguments: the kinds it restored, withheld, and did not know."""
+
+    restored: tuple[str, ...] = ()
+    withheld: tuple[str, ...] = ()
+    unknown: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"restored": list(self.restored), "withheld": list(self.withheld)}
+        if self.unknown:
+            out["unknown"] = self.unknown
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.restored or self.withheld or self.unknown)
+
+
+class Privacy:
+    """The server's privacy: detectors, secrets, which servers' results are tokenized, the sinks, the vault
+    and the sealer of stored tokens. ``run(client)`` makes one run's ``RunPrivacy``."""
+
+    def __init__(
+        self,
+        *,
+        config: PrivacyConfig,
+        tokenize: Mapping[str, bool],
+        sinks: Mapping[str, Callable[[str], frozenset[str] | None]],
+        secrets: Iterable[str],
+        vault: Vault,
+        sealer: Sealer,
+        everywhere: bool = False,
+    ) -> None:
+        self.config = config
+        self.tokenize = dict(tokenize)
+        """Server → whether its results are tokenized."""
+        self._sinks = dict(sinks)
+        self.active = everywhere or any(self.tokenize.values())
+        """Whether personal data is tokenized at all (secrets always are): ``CODE_MODE_PII=tokenize``, or a
+        server's ``"pii": "tokenize"``. Then every value found in what goes to the model is tokenized, whatever
+        it came from (a tool, the network, the script), except what an ``off`` server's results carried."""
+        from .detect import CustomKind, Detectors, Secrets  # phonenumbers' metadata loads here, not at import
+
+        builtins = [k for k in config.kinds() if k not in {c.kind for c in config.custom}]
+        self.detectors = Detectors(
+            builtins, [CustomKind(c.kind, c.regex) for c in config.custom], phone_regions=config.phone_regions
+        )
+        self.secrets = Secrets(secrets)
+        self.vault = vault
+        self.sealer = sealer
+
+    def run(self, client: str) -> RunPrivacy:
+        return RunPrivacy(self, client)
+
+    def may_receive(self, server: str, tool: str, kind: str, origins: frozenset[str]) -> bool:
+        """Whether ``server``'s ``tool`` may receive a value of ``kind`` in plaintext: its sinks entry, else
+        whether the value came from this server."""
+        rule = self._sinks.get(server)
+        allowed = rule(tool) if rule is not None else None
+        if allowed is not None:
+            return "*" in allowed or kind in allowed
+        return server in origins
+
+    def describe(self) -> dict[str, Any]:
+        """For ``get_execution_limits``: what is tokenized, by which detectors, and where values may go."""
+        return {
+            "tokenize": sorted(name for name, on in self.tokenize.items() if on),
+            "detectors": list(self.config.kinds()) if self.active else [],
+            "phoneRegions": self.config.phone_regions,
+            "secrets": "always replaced with [SECRET]",
+            "restore": "a token in a tool call's arguments becomes its value if the tool may receive its kind "
+            "(policy.pii.sinks; by default the values of the tool's own server)",
+        }
+
+
+@dataclass
+class RunPrivacy:
+    """One run's view: the client's vault, the origins of the values its results carried."""
+
+    book: Privacy
+    client: str
+    origins: dict[tuple[str, str], set[str]] = field(default_factory=dict[tuple[str, str], set[str]])
+    """(kind, value) → the tokenizing servers whose results carried it in this run."""
+    sensitive: set[tuple[str, str]] = field(default_factory=set[tuple[str, str]])
+    """Values a tokenizing server's results carried, or restored from a token, in this run."""
+    plain: set[tuple[str, str]] = field(default_factory=set[tuple[str, str]])
+    """Values a ``"pii": "off"`` server's results carried in this run (left as they are, unless sensitive)."""
+    _given: dict[tuple[str, str, str | None], str | None] = field(
+        default_factory=dict[tuple[str, str, str | None], str | None]
+    )
+    """(kind, value, origin) → the token the vault gave in this run (one vault call per value and origin)."""
+    _entries: dict[str, Entry | None] = field(default_factory=dict[str, Entry | None])
+    """Token → what the vault said it stands for, in this run."""
+
+    # ----- on the way in: what the tools said ---------------------------------------------------------------
+
+    def harvest(self, server: str, value: Any) -> None:
+        """Note the personal data in one result (or error message) of ``server`` on its way to the script."""
+        book = self.book
+        if not book.active:
+            return
+        tokenizing = book.tokenize.get(server, False)
+        for text in _strings(value):
+            for found in book.detectors.find(text):
+                key = (found.kind, found.value)
+                if not tokenizing:
+                    self.plain.add(key)
+                elif key in self.origins:
+                    self.origins[key].add(server)
+                elif len(self.origins) < MAX_HARVESTED:
+                    self.origins[key] = {server}
+                    self.sensitive.add(key)
+                else:
+                    self.sensitive.add(key)
+
+    # ----- on the way out: what the model reads ------------------------------------------------------------
+
+    def mask_text(self, text: str) -> str:
+        """``text`` with every secret ``[SECRET]`` and every personal value its token."""
+        if not text:
+            return text
+        book = self.book
+        secrets = book.secrets.find(text)  # sorted, merged
+        spans: list[tuple[int, int, str]] = [(start, end, SECRET) for start, end in secrets]
+        if book.active:
+            spans.extend(
+                (f.start, f.end, self._token(f))
+                for f in book.detectors.find(text)
+                if self._masked(f) and not _overlaps(secrets, f.start, f.end)
+            )
+        if not spans:
+            return text
+        spans.sort()
+        out: list[str] = []
+        at = 0
+        for start, end, replacement in spans:
+            out.append(text[at:start])
+            out.append(replacement)
+            at = end
+        out.append(text[at:])
+        return "".join(out)
+
+    def mask(self, value: Any) -> Any:
+        """A JSON value with every string (keys too) masked, and numbers that read as personal data tokens."""
+        if isinstance(value, str):
+            return self.mask_text(value)
+        if isinstance(value, bool) or value is None or isinstance(value, float):
+            return value
+        if isinstance(value, int):
+            if len(str(abs(value))) < MIN_NUMBER_DIGITS:
+                return value
+            text = str(value)
+            masked = self.mask_text(text)
+            return value if masked == text else masked
+        if isinstance(value, Mapping):
+            binary = _binary(value)  # pyright: ignore[reportUnknownArgumentType]
+            return {
+                self.mask_text(str(k)): v if binary and k == "data" else self.mask(v)
+                for k, v in value.items()  # pyright: ignore[reportUnknownVariableType]
+            }
+        if isinstance(value, list | tuple):
+            return [self.mask(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+        return value
+
+    def described(self, description: str | None) -> str | None:
+        """A description to store: masked, and this client's tokens written as their kind alone (a listing is
+        for finding a script, and another client reads it)."""
+        if not description:
+            return description
+        return TOKEN.sub(lambda m: f"[{m.group(1)}]", self.mask_text(description))
+
+    def present(self, sealed: bytes | None, value: Any) -> Any:
+        """A stored script's JSON as this client may see it: its own tokens for the stored ones, then masked
+        (code a model wrote may hold values in plaintext)."""
+        return self.mask(self.retokenize(sealed, value))
+
+    def _masked(self, found: Found) -> bool:
+        key = (found.kind, found.value)
+        return key not in self.plain or key in self.sensitive
+
+    def _token(self, found: Found) -> str:
+        origins = self.origins.get((found.kind, found.value)) or (None,)
+        token = None
+        for origin in origins:
+            token = self._give(found.kind, found.value, origin)
+        return token or f"[{found.kind.upper()}]"
+
+    def _give(self, kind: str, value: str, origin: str | None) -> str | None:
+        key = (kind, value, origin)
+        if key not in self._given:
+            self._given[key] = self.book.vault.token_for(self.client, kind, value, origin)
+        return self._given[key]
+
+    def _lookup(self, token: str) -> Entry | None:
+        if token not in self._entries:
+            self._entries[token] = self.book.vault.lookup(self.client, token)
+        return self._entries[token]
+
+    def stream(self, emit: Callable[[str], Awaitable[None]]) -> MaskedStream:
+        """Output as it streams, masked: a value cut between two chunks is held until it is whole."""
+        return MaskedStream(self.mask_text, emit)
+
+    # ----- on the way to the tools ---------------------------------------------------------------------------
+
+    def restore(self, server: str, tool: str, arguments: Any) -> tuple[Any, PiiNote]:
+        """The arguments ``server``'s ``tool`` receives: this client's tokens replaced with their values where
+        the tool may receive their kind (``Privacy.may_receive``), left as tokens elsewhere."""
+        restored: set[str] = set()
+        withheld: set[str] = set()
+        unknown = 0
+        book = self.book
+
+        def substitute(match: re.Match[str]) -> str:
+            nonlocal unknown
+            token = match.group(0)
+            entry = self._lookup(token)
+            if entry is None:
+                unknown += 1
+                return token
+            if not book.may_receive(server, tool, entry.kind, entry.origins):
+                withheld.add(entry.kind)
+                return token
+            restored.add(entry.kind)
+            self.sensitive.add((entry.kind, entry.value))
+            return entry.value
+
+        def walk(value: Any) -> Any:
+            if isinstance(value, str):
+                return TOKEN.sub(substitute, value) if "[" in value else value
+            if isinstance(value, Mapping):
+                return {walk(str(k)): walk(v) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+            if isinstance(value, list | tuple):
+                return [walk(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+            return value
+
+        out = walk(arguments)
+        return out, PiiNote(tuple(sorted(restored)), tuple(sorted(withheld)), unknown)
+
+    def known_tokens(self, text: str) -> bool:
+        """Whether ``text`` (a script) holds a token this client was given."""
+        return any(self._lookup(m.group(0)) is not None for m in TOKEN.finditer(text))
+
+    # ----- stored runs -------------------------------------------------------------------------------------------
+
+    def seal_tokens(self, *values: Any) -> bytes | None:
+        """The tokens of this client that ``values`` hold, with what they stand for, sealed for the cache (so a
+        replay to another client can give that client its own tokens); None when there are none."""
+        found: dict[str, list[Any]] = {}
+        for text in _strings(list(values)):
+            for match in TOKEN.finditer(text):
+                token = match.group(0)
+                if token in found:
+                    continue
+                entry = self._lookup(token)
+                if entry is not None:
+                    found[token] = [entry.kind, entry.value, sorted(entry.origins)]
+        if not found:
+            return None
+        return self.book.sealer.seal(json.dumps(found, ensure_ascii=False).encode("utf-8"), b"pii-tokens")
+
+    def retokenize(self, sealed: bytes | None, value: Any) -> Any:
+        """A stored value (a run's output, its listing) with the tokens it was stored with replaced by this
+        client's own tokens for the same values; by the kind alone (``[EMAIL]``) when they cannot be read."""
+        if not sealed:
+            return value
+        opened = self.book.sealer.open(sealed, b"pii-tokens")
+        table: dict[str, Any] | None = None
+        if opened is not None:
+            try:
+                table = json.loads(opened)
+            except ValueError:
+                table = None
+        if not isinstance(table, dict) or not table:
+            return _replace_tokens(value, lambda token: f"[{token[1:].rsplit('_', 1)[0]}]", None)
+        mapping: dict[str, str] = {}
+        for token, stored in table.items():
+            kind, plain, origins = stored[0], stored[1], stored[2] or [None]
+            mine = None
+            for origin in origins:
+                mine = self._give(kind, plain, origin)
+            mapping[token] = mine or f"[{kind.upper()}]"
+        return _replace_tokens(value, mapping.get, set(table))
+
+    def readable(self, sealed: bytes | None) -> bool:
+        """Whether stored tokens can be re-tokenized here (no tokens, or sealed with this server's key)."""
+        return not sealed or self.book.sealer.open(sealed, b"pii-tokens") is not None
+
+
+def _replace_tokens(value: Any, new: Callable[[str], str | None], only: set[str] | None) -> Any:
+    """``value`` with each token (of ``only``, or every token-shaped string) replaced by ``new(token)``."""
+
+    def substitute(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if only is not None and token not in only:
+            return token
+        return new(token) or token
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return TOKEN.sub(substitute, item) if "[" in item else item
+        if isinstance(item, Mapping):
+            return {walk(str(k)): walk(v) for k, v in item.items()}  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item]  # pyright: ignore[reportUnknownVariableType]
+        return item
+
+    return walk(value)
+
+
+def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether [start, end) overlaps one of ``spans`` (sorted, not overlapping each other)."""
+    at = bisect.bisect_right(spans, (start, float("inf"))) - 1
+    if at >= 0 and spans[at][1] > start:
+        return True
+    return at + 1 < len(spans) and spans[at + 1][0] < end
+
+
+def _binary(item: Mapping[str, Any]) -> bool:
+    """An image or audio value (``{"type": "image", "data": <base64>, "mimeType": …}``): its data is not text."""
+    return item.get("type") in ("image", "audio") and isinstance(item.get("data"), str)
+
+
+def _strings(value: Any) -> Iterable[str]:
+    """Every string in a JSON value (keys too), and numbers long enough to be personal data, as text."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, bool) or item is None or isinstance(item, float):
+            continue
+        elif isinstance(item, int):
+            if len(str(abs(item))) >= MIN_NUMBER_DIGITS:
+                yield str(item)
+        elif isinstance(item, Mapping):
+            binary = _binary(item)  # pyright: ignore[reportUnknownArgumentType]
+            for k, v in item.items():  # pyright: ignore[reportUnknownVariableType]
+                yield str(k)  # pyright: ignore[reportUnknownArgumentType]
+                if not (binary and k == "data"):
+                    stack.append(v)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
+
+
+class MaskedStream:
+    """Output chunks masked on their way out. A chunk goes out up to its last line break; the rest waits for
+    the next chunk (a value is never split across two messages), unless it grows past ``STREAM_HOLD``
+    characters, when all but the last ``STREAM_TAIL`` go. A PEM block is held until its end line."""
+
+    def __init__(self, mask: Callable[[str], str], emit: Callable[[str], Awaitable[None]]) -> None:
+        self._mask = mask
+        self._emit = emit
+        self._pending = ""
+
+    async def write(self, text: str) -> None:
+        self._pending += text
+        pending = self._pending
+        cut = pending.rfind("\n") + 1
+        begin = pending.rfind(_PEM_BEGIN)
+        if begin != -1 and "-----END" not in pending[begin:] and len(pending) - begin < 64 * 1024:
+            cut = min(cut, begin)
+        if cut == 0 and len(pending) > STREAM_HOLD:
+            cut = len(pending) - STREAM_TAIL
+            while cut > 0 and not pending[cut - 1].isspace():  # cut at a space: not inside a value
+                cut -= 1
+            if cut == 0:
+                cut = len(pending) - STREAM_TAIL
+        if cut <= 0:
+            return
+        out, self._pending = pending[:cut], pending[cut:]
+        await self._emit(self._mask(out))
+
+    async def flush(self) -> None:
+        if self._pending:
+            out, self._pending = self._pending, ""
+            await self._emit(self._mask(out))
+
+
+__all__ = ["MaskedStream", "PiiNote", "Privacy", "RunPrivacy"]
