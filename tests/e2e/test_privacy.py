@@ -1012,10 +1012,15 @@ async def test_a_plans_calls_show_tokens_and_its_approval_sends_the_real_address
 async def test_the_cache_database_holds_no_planted_value(alice: Peer) -> None:
     """After every run above (cached scripts, audit entries, plans): nothing the host stored on disk carries a value
     in plaintext (run last among the in-process tests)."""
-    await tool(alice, "get_cache_stats", {})
+    seen = await listing(alice)
+    stored = await run(alice, "# stored for the database scan\n" + listing_code("python"), cache="auto")
+    assert stored["success"], stored["error"]
+    called = await run(alice, f"crm.get_customer(email={seen.token(name_at(0))!r})")  # an audit entry with a token
+    assert called["success"], called["error"]
     database = CACHE_DIR / "scripts.db"
     assert database.exists()
     found: dict[str, list[str]] = {}
+    tokens: dict[str, int] = {}
     with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
@@ -1024,7 +1029,9 @@ async def test_the_cache_database_holds_no_planted_value(alice: Peer) -> None:
                     text = cell.decode("utf-8", "replace") if isinstance(cell, bytes) else str(cell)
                     if hits := leaks(text, PLANTED):
                         found.setdefault(table, []).extend(hits)
+                    tokens[table] = tokens.get(table, 0) + len(TOKEN.findall(text))
     assert not found, {table: sorted(set(values))[:6] for table, values in found.items()}
+    assert tokens.get("audit") and tokens.get("scripts"), tokens  # what was scanned held the runs' data
 
 
 # ----- 13. the desktop way: stdio, a minimal environment, every line of stdout ------------------------------
