@@ -38,7 +38,7 @@ from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
-from ..privacy.core import RunPrivacy
+from ..privacy.core import RunPrivacy, cut_tail
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
 from ..runners.registry import build_runners, default_runners
 from ..sandbox import detect_sandbox
@@ -414,7 +414,7 @@ class CodeMode:
                     interval=settings.progress_interval_ms / 1000,
                 )
                 if stream is not None:
-                    await stream.flush()
+                    await stream.flush(cut=result.truncated)
         masked(privacy, result)
         result.language, result.runner = plan.language, chosen.name
         result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
@@ -617,7 +617,12 @@ class CodeMode:
 
 
 def masked(privacy: RunPrivacy, result: RunResult) -> None:
-    """Mask what a run's result carries to the model (in place): output, return value, error, file names."""
+    """Mask what a run's result carries to the model (in place): output, return value, error, file names. Text a
+    cap cut loses its last word first (``cut_tail``: it may be part of a value)."""
+    if result.truncated:
+        result.output = cut_tail(result.output)
+        if isinstance(result.return_value, str):
+            result.return_value = cut_tail(result.return_value)
     result.output = privacy.mask_text(result.output)
     result.return_value = privacy.mask(result.return_value)
     if result.error is not None:

@@ -31,17 +31,19 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import PrivacyConfig
+from .detect import CustomKind, Detectors, Found, Secrets
 from .seal import Sealer
 from .vault import SECRET, TOKEN, Entry, Vault
 
-if TYPE_CHECKING:
-    from .detect import Found
-
 MAX_HARVESTED = 200_000
 """Values one run remembers the origin of (results larger than that are still tokenized, without origin)."""
+MAX_VERBATIM = 500
+"""Sensitive values of a run that are also searched for as written (glued to other text, where a detector
+would not see them: ``alice@example.com.txt``); past these, the detectors alone find values."""
+MIN_VERBATIM_CHARS = 5
 MIN_NUMBER_DIGITS = 7
 """A JSON number with at least this many digits is checked as text (a phone or card number as a number)."""
 _PEM_BEGIN = "-----BEGIN"
@@ -92,8 +94,6 @@ class Privacy:
         """Whether personal data is tokenized at all (secrets always are): ``CODE_MODE_PII=tokenize``, or a
         server's ``"pii": "tokenize"``. Then every value found in what goes to the model is tokenized, whatever
         it came from (a tool, the network, the script), except what an ``off`` server's results carried."""
-        from .detect import CustomKind, Detectors, Secrets  # phonenumbers' metadata loads here, not at import
-
         builtins = [k for k in config.kinds() if k not in {c.kind for c in config.custom}]
         self.detectors = Detectors(
             builtins, [CustomKind(c.kind, c.regex) for c in config.custom], phone_regions=config.phone_regions
@@ -144,6 +144,8 @@ class RunPrivacy:
     """(kind, value, origin) → the token the vault gave in this run (one vault call per value and origin)."""
     _entries: dict[str, Entry | None] = field(default_factory=dict[str, Entry | None])
     """Token → what the vault said it stands for, in this run."""
+    _verbatim: dict[str, str] = field(default_factory=dict[str, str])
+    """Sensitive values (the first ``MAX_VERBATIM``) → their kind: found as written, wherever they stand."""
 
     # ----- on the way in: what the tools said ---------------------------------------------------------------
 
@@ -162,9 +164,14 @@ class RunPrivacy:
                     self.origins[key].add(server)
                 elif len(self.origins) < MAX_HARVESTED:
                     self.origins[key] = {server}
-                    self.sensitive.add(key)
+                    self._sensitive(key)
                 else:
-                    self.sensitive.add(key)
+                    self._sensitive(key)
+
+    def _sensitive(self, key: tuple[str, str]) -> None:
+        self.sensitive.add(key)
+        if len(self._verbatim) < MAX_VERBATIM and len(key[1]) >= MIN_VERBATIM_CHARS:
+            self._verbatim.setdefault(key[1], key[0])
 
     # ----- on the way out: what the model reads ------------------------------------------------------------
 
@@ -173,22 +180,29 @@ class RunPrivacy:
         if not text:
             return text
         book = self.book
-        secrets = book.secrets.find(text)  # sorted, merged
-        spans: list[tuple[int, int, str]] = [(start, end, SECRET) for start, end in secrets]
+        covered = book.secrets.find(text)  # sorted, merged
+        spans: list[tuple[int, int, Found | None]] = [(start, end, None) for start, end in covered]
         if book.active:
+            if self._verbatim:  # known values first, even glued to other text (a file name, an extension)
+                for value, kind in sorted(self._verbatim.items(), key=lambda item: -len(item[0])):
+                    for start in _occurrences(text, value):
+                        end = start + len(value)
+                        if not _overlaps(covered, start, end):
+                            bisect.insort(covered, (start, end))
+                            spans.append((start, end, Found(start, end, kind, value)))
             spans.extend(
-                (f.start, f.end, self._token(f))
-                for f in book.detectors.find(text)
-                if self._masked(f) and not _overlaps(secrets, f.start, f.end)
+                (found.start, found.end, found)
+                for found in book.detectors.find(text)
+                if self._masked(found) and not _overlaps(covered, found.start, found.end)
             )
         if not spans:
             return text
-        spans.sort()
+        spans.sort(key=lambda span: span[0])  # tokens are given in the order values appear
         out: list[str] = []
         at = 0
-        for start, end, replacement in spans:
+        for start, end, found in spans:
             out.append(text[at:start])
-            out.append(replacement)
+            out.append(SECRET if found is None else self._token(found))
             at = end
         out.append(text[at:])
         return "".join(out)
@@ -257,11 +271,40 @@ class RunPrivacy:
 
     def restore(self, server: str, tool: str, arguments: Any) -> tuple[Any, PiiNote]:
         """The arguments ``server``'s ``tool`` receives: this client's tokens replaced with their values where
-        the tool may receive their kind (``Privacy.may_receive``), left as tokens elsewhere."""
+        the tool may receive their kind (``Privacy.may_receive``), left as tokens elsewhere. The same rule holds
+        for a value the script passes in plaintext that a tokenizing server's results carried (in this run or
+        as a token this client was given): where the tool may not receive its kind, it receives the token."""
         restored: set[str] = set()
         withheld: set[str] = set()
         unknown = 0
         book = self.book
+
+        def withhold(text: str) -> str:
+            spans: list[tuple[int, int, str]] = []
+            for found in book.detectors.find(text):
+                key = (found.kind, found.value)
+                if key in self.plain and key not in self.sensitive:
+                    continue
+                origins = self.origins.get(key)
+                token = self._give(found.kind, found.value, None)
+                entry = self._lookup(token) if token is not None else None
+                known = frozenset(origins or ()) | (entry.origins if entry is not None else frozenset())
+                if not known and key not in self.sensitive:
+                    continue  # not a tokenized server's value: the model may have written it itself
+                if book.may_receive(server, tool, found.kind, known):
+                    continue
+                withheld.add(found.kind)
+                spans.append((found.start, found.end, token or f"[{found.kind.upper()}]"))
+            if not spans:
+                return text
+            out: list[str] = []
+            at = 0
+            for start, end, replacement in spans:
+                out.append(text[at:start])
+                out.append(replacement)
+                at = end
+            out.append(text[at:])
+            return "".join(out)
 
         def substitute(match: re.Match[str]) -> str:
             nonlocal unknown
@@ -274,11 +317,13 @@ class RunPrivacy:
                 withheld.add(entry.kind)
                 return token
             restored.add(entry.kind)
-            self.sensitive.add((entry.kind, entry.value))
+            self._sensitive((entry.kind, entry.value))
             return entry.value
 
         def walk(value: Any) -> Any:
             if isinstance(value, str):
+                if book.active:
+                    value = withhold(value)
                 return TOKEN.sub(substitute, value) if "[" in value else value
             if isinstance(value, Mapping):
                 return {walk(str(k)): walk(v) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
@@ -360,6 +405,45 @@ def _replace_tokens(value: Any, new: Callable[[str], str | None], only: set[str]
     return walk(value)
 
 
+PARTIAL_TAIL = 256
+"""Characters after the last space that ``cut_tail`` drops from text cut at a cap."""
+
+
+def cut_tail(text: str) -> str:
+    """Text that a cap cut, without its last word when that word runs to the cut: it may be the start of a
+    value (``alice.mo``) that no detector can recognise, so it goes, and ``…`` says so."""
+    if not text or text[-1].isspace():
+        return text
+    start = max(text.rfind(c) for c in " \n\t\r") + 1
+    if len(text) - start > PARTIAL_TAIL:
+        start = len(text) - PARTIAL_TAIL
+    return text[:start] + "…"
+
+
+def _occurrences(text: str, value: str) -> Iterable[int]:
+    """Where ``value`` stands in ``text``, glued to other text or not, unless it is part of a longer value: a
+    number continued by a digit, or a value preceded by a letter or digit (``bob@x.com`` is not in
+    ``jimbob@x.com``; it is in ``bob@x.com.txt`` and ``backup-bob@x.com``)."""
+    at = text.find(value)
+    n = len(value)
+    while at != -1:
+        before = text[at - 1] if at > 0 else ""
+        after = text[at + n] if at + n < len(text) else ""
+        glued_before = bool(before) and (
+            before.isalnum()
+            and (value[0].isalnum() or value[0] == "+")
+            or before in "._%+"
+            and value[0].isalnum()
+            and "@" in value  # a longer address's local part
+        )
+        glued_after = after.isdigit() and value[-1].isdigit()  # a longer number
+        if not glued_before and not glued_after:
+            yield at
+            at = text.find(value, at + n)
+        else:
+            at = text.find(value, at + 1)
+
+
 def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
     """Whether [start, end) overlaps one of ``spans`` (sorted, not overlapping each other)."""
     at = bisect.bisect_right(spans, (start, float("inf"))) - 1
@@ -423,10 +507,12 @@ class MaskedStream:
         out, self._pending = pending[:cut], pending[cut:]
         await self._emit(self._mask(out))
 
-    async def flush(self) -> None:
+    async def flush(self, cut: bool = False) -> None:
+        """Send what is held. ``cut``: the output was cut at its cap, so its last word may be part of a value
+        (``cut_tail``)."""
         if self._pending:
             out, self._pending = self._pending, ""
-            await self._emit(self._mask(out))
+            await self._emit(self._mask(cut_tail(out) if cut else out))
 
 
-__all__ = ["MaskedStream", "PiiNote", "Privacy", "RunPrivacy"]
+__all__ = ["MaskedStream", "PiiNote", "Privacy", "RunPrivacy", "cut_tail"]
