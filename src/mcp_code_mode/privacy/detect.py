@@ -77,6 +77,7 @@ import bisect
 import functools
 import ipaddress
 import re
+import string
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -130,8 +131,9 @@ class CustomKind:
         object.__setattr__(self, "pattern", pattern)
 
 
-_EMPTY_PROBES = ("", " ", "a", "A", "0", "_", "-", ".", "@", "\n", "Aa0_ -.@\n")
-"""Texts a custom regex is tried on: a zero-length match on any of them is refused."""
+_EMPTY_PROBES = ("", *string.printable, string.printable, "Aa0 _-.@\n", "ÄÉßøπ", "\u00a0\u2028")
+"""Texts a custom regex is tried on: a zero-length match in any of them is refused (one that matches empty
+only elsewhere, ``(?<=foo)(?=bar)``, has its zero-length matches skipped when it is used)."""
 
 
 # ----- e-mail -------------------------------------------------------------------------------------
@@ -141,9 +143,9 @@ _EMAIL = re.compile(
     (?<![A-Za-z0-9._%+\-@])(?<![A-Za-z0-9]')      # not inside a longer local part, word or address
     (?P<local>[A-Za-z0-9_%+\-]+(?:['.][A-Za-z0-9_%+\-]+)*)
     @
-    (?P<domain>(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+)
+    (?P<domain>(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.){1,126})
     (?P<tld>[A-Za-z]{2,63})
-    (?![A-Za-z0-9\-]|\.[A-Za-z0-9])              # not inside a longer domain or word
+    (?![A-Za-z0-9_\-]|\.[A-Za-z0-9])             # not inside a longer domain or word
     """,
     re.VERBOSE,
 )
@@ -153,26 +155,27 @@ _FILE_EXTENSIONS = frozenset(
 )
 
 
-_EMAIL_BEFORE = 70
-_EMAIL_AFTER = 260
-"""The window searched around an ``@``: a local part has at most 64 characters, a domain at most 253."""
+_LOCAL_RUN = re.compile(r"[A-Za-z0-9._%+'\-]{1,64}$")
+"""The characters of a local part right before an ``@`` (searched back from it, at most 64)."""
 
 
 def _find_email(text: str) -> Iterable[tuple[int, int]]:
-    # only around each "@" (a plain scan would try the pattern at every letter of the text)
-    n = len(text)
-    pos = 0
+    # only from each "@" back to where its local part can start: a plain scan would try the pattern at
+    # every letter of the text
+    pos = 0  # where the next local part may start: after the last address, after the last "@"
     at = text.find("@")
     while at != -1:
-        window_end = min(n, at + _EMAIL_AFTER)
-        m = _EMAIL.search(text, max(pos, at - _EMAIL_BEFORE), window_end)
-        if m is not None and (m.end() < window_end or window_end == n):
-            if len(m["local"]) <= 64 and m["tld"].lower() not in _FILE_EXTENSIONS:
+        run = _LOCAL_RUN.search(text, max(pos, at - 64), at)
+        if run is not None:
+            start = run.start()
+            while start < at and text[start] == "'":
+                start += 1
+            m = _EMAIL.match(text, start)
+            if m is not None and m["tld"].lower() not in _FILE_EXTENSIONS:
                 yield m.start(), m.end()
-            pos = m.end()
-        else:
-            pos = at + 1
-        at = text.find("@", max(pos, at + 1))
+                pos = m.end()
+        pos = max(pos, at + 1)
+        at = text.find("@", pos)
 
 
 # ----- payment cards ------------------------------------------------------------------------------
@@ -318,6 +321,7 @@ _IPV4_NOT_AFTER = re.compile(
 _IPV6_QUICK = re.compile(r":(?::|(?:[0-9A-Fa-f]{1,4}:){3})")
 """Where an IPv6 address may be: a ``::`` or three colon-separated groups in a row."""
 _IPV6_CHARS = frozenset("0123456789abcdefABCDEF:")
+_IPV6_RUN = re.compile(r"[0-9A-Fa-f:]*")
 _IPV6 = re.compile(
     r"""
     (?<![\w:.])
@@ -353,13 +357,16 @@ def _find_ip(text: str) -> Iterable[tuple[int, int]]:
     for quick in _IPV6_QUICK.finditer(text):
         if quick.start() < pos:
             continue
+        # an address can only start where the run of hex digits and colons around the hit starts (inside
+        # the run, the character before is one of them): that start is tried once, the run then skipped
         start = quick.start()
-        while start > 0 and start > quick.start() - 40 and text[start - 1] in _IPV6_CHARS:
+        while start > 0 and text[start - 1] in _IPV6_CHARS:
             start -= 1
+        run_end = _IPV6_RUN.match(text, quick.start())
+        pos = run_end.end() if run_end else quick.end()
         m = _IPV6.match(text, start)
         if m is None:
             continue
-        pos = m.end()
         value = m.group()
         if "::" not in value and value.count(":") < 7:
             continue
@@ -666,7 +673,8 @@ _AWS_SECRET = re.compile(
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<label>[A-Z0-9 ]{0,40}?)PRIVATE KEY(?P<block> BLOCK)?-----")
 _PEM_END = re.compile(r"-----END (?P<label>[A-Z0-9 ]{0,40}?)PRIVATE KEY(?P<block> BLOCK)?-----")
-_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=:,\- \t\r\n]|\\[nr])*")
+_PEM_BODY = re.compile(r"(?:(?!-----)[A-Za-z0-9+/=:,\- \t\r\n]|\\[nr]){0,20000}")
+"""What follows an unterminated BEGIN line: base64 lines and their headers, up to the next ``-----``."""
 _CREDENTIAL_SCHEMES = re.compile(r"(?i)(?:bearer|basic|token)[ \t]+(\S+)\s*")
 
 
