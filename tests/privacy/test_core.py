@@ -229,3 +229,34 @@ def test_pem_block_is_one_secret() -> None:
     run = book().run("c1")
     pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx\nabc\n-----END RSA PRIVATE KEY-----"
     assert run.mask_text(f"key:\n{pem}\ndone") == "key:\n[SECRET]\ndone"
+
+
+def test_a_plain_value_from_a_tokenizing_server_goes_as_its_token_where_the_tool_may_not_receive_it() -> None:
+    privacy = book(sinks={"mail": {"send_mail": ["email"]}})
+    run = privacy.run("c1")
+    run.harvest("crm", crm_rows())
+    args, note = run.restore("mail", "post_public", {"text": f"contact {ALICE} or {BOB}"})
+    assert args == {"text": "contact [EMAIL_1] or [EMAIL_2]"} and note.withheld == ("email",)
+    args, note = run.restore("mail", "send_mail", {"to": ALICE})  # a sink: as the script wrote it
+    assert args == {"to": ALICE} and not note
+    args, note = run.restore("mail", "post_public", {"text": "write to carol@example.net"})  # the model's own
+    assert args == {"text": "write to carol@example.net"} and not note
+    later = privacy.run("c1")  # a later run: the vault remembers where the value came from
+    args, _ = later.restore("mail", "post_public", {"text": ALICE})
+    assert args == {"text": "[EMAIL_1]"}
+
+
+def test_known_values_glued_to_other_text_are_their_tokens() -> None:
+    run = book().run("c1")
+    run.harvest("crm", {"email": BOB, "phone": PHONE})
+    assert run.mask_text(f"{BOB}.txt backup-{BOB}.1 {PHONE}x12") == "[EMAIL_1].txt backup-[EMAIL_1].1 [PHONE_1]x12"
+    assert run.mask_text(f"jim{BOB}") != f"jim{run.mask_text(BOB)}"  # part of a longer address: not this one
+    assert BOB not in run.mask_text(f"jim{BOB}")
+
+
+def test_cut_tail_drops_a_last_word_that_runs_to_the_cut() -> None:
+    from mcp_code_mode.privacy.core import cut_tail
+
+    assert cut_tail("customers: alice.mo") == "customers: …"
+    assert cut_tail("done\n") == "done\n"
+    assert cut_tail("x" * 300) == "x" * 44 + "…"

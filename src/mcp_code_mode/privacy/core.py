@@ -286,15 +286,15 @@ class RunPrivacy:
                 if key in self.plain and key not in self.sensitive:
                     continue
                 origins = self.origins.get(key)
-                token = self._give(found.kind, found.value, None)
-                entry = self._lookup(token) if token is not None else None
+                token = self._token(found)  # the vault learns where the value came from
+                entry = self._lookup(token)
                 known = frozenset(origins or ()) | (entry.origins if entry is not None else frozenset())
                 if not known and key not in self.sensitive:
                     continue  # not a tokenized server's value: the model may have written it itself
                 if book.may_receive(server, tool, found.kind, known):
                     continue
                 withheld.add(found.kind)
-                spans.append((found.start, found.end, token or f"[{found.kind.upper()}]"))
+                spans.append((found.start, found.end, token))
             if not spans:
                 return text
             out: list[str] = []
