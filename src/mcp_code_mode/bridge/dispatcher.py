@@ -63,6 +63,14 @@ def result_to_value(result: types.CallToolResult) -> Any:
     return values
 
 
+OFF_LOOP_CHARS = 32_768
+"""A result with more text than this is read for personal data in a worker thread (other runs go on)."""
+
+
+def _text_size(result: types.CallToolResult) -> int:
+    return sum(len(b.text) for b in result.content if isinstance(b, types.TextContent))
+
+
 def error_text(result: types.CallToolResult) -> str:
     texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
     return "\n".join(texts).strip() or "the tool reported an error without a message"
@@ -197,7 +205,10 @@ class ToolDispatcher:
             record.ok = True
             value = result_to_value(result)
             if self.privacy is not None:
-                self.privacy.harvest(real_server, value)
+                if _text_size(result) > OFF_LOOP_CHARS:  # a large result is read off the event loop
+                    await anyio.to_thread.run_sync(self.privacy.harvest, real_server, value)
+                else:
+                    self.privacy.harvest(real_server, value)
             return {"value": value}
         except DownstreamError as exc:
             record.error = str(exc)

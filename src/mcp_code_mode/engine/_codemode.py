@@ -26,7 +26,7 @@ import anyio
 
 from ..admission import Admission
 from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
-from ..bridge.dispatcher import CallObserver, ToolCallRecord
+from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
@@ -55,7 +55,8 @@ from ._stubs import StubBook
 logger = logging.getLogger(__name__)
 
 AUDIT_PRUNE_EVERY = 3600.0
-"""Seconds between removals of audit entries older than ``CODE_MODE_AUDIT_DAYS`` (and at start-up)."""
+"""Seconds between removals of audit entries older than ``CODE_MODE_AUDIT_DAYS`` (and at start-up) and of
+expired tokens from the vault."""
 MAX_CALLS_SHOWN = 200
 """Tool calls a result lists with their decisions (``toolCalls`` counts them all)."""
 
@@ -415,7 +416,10 @@ class CodeMode:
                 )
                 if stream is not None:
                     await stream.flush(cut=result.truncated)
-        masked(privacy, result)
+        if len(result.output) > OFF_LOOP_CHARS:  # a large output is masked off the event loop
+            await anyio.to_thread.run_sync(masked, privacy, result)
+        else:
+            masked(privacy, result)
         result.language, result.runner = plan.language, chosen.name
         result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
         result.calls = [
@@ -431,9 +435,11 @@ class CodeMode:
             # Every call of the run is committed before the run is answered (the writer batches them).
             await anyio.to_thread.run_sync(self._audit_writer.flush)
             await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
-        if self.audit is not None and time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
+        if time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
             self._pruned_at = time.monotonic()
-            await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
+            if self.audit is not None:
+                await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
+            await anyio.to_thread.run_sync(self.privacy.vault.prune)  # expired tokens leave memory too
         if mode == "plan":
             result.plan = await self._save_plan(gate, keyed.key, client)
         return result

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,14 +147,19 @@ class RunPrivacy:
     """Token → what the vault said it stands for, in this run."""
     _verbatim: dict[str, str] = field(default_factory=dict[str, str])
     """Sensitive values (the first ``MAX_VERBATIM``) → their kind: found as written, wherever they stand."""
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    """A large result is harvested, and a large output masked, in a worker thread while the run goes on."""
 
     # ----- on the way in: what the tools said ---------------------------------------------------------------
 
     def harvest(self, server: str, value: Any) -> None:
         """Note the personal data in one result (or error message) of ``server`` on its way to the script."""
+        if self.book.active:
+            with self._lock:
+                self._harvest(server, value)
+
+    def _harvest(self, server: str, value: Any) -> None:
         book = self.book
-        if not book.active:
-            return
         tokenizing = book.tokenize.get(server, False)
         for text in _strings(value):
             for found in book.detectors.find(text):
@@ -179,6 +185,10 @@ class RunPrivacy:
         """``text`` with every secret ``[SECRET]`` and every personal value its token."""
         if not text:
             return text
+        with self._lock:
+            return self._mask_text(text)
+
+    def _mask_text(self, text: str) -> str:
         book = self.book
         covered = book.secrets.find(text)  # sorted, merged
         spans: list[tuple[int, int, Found | None]] = [(start, end, None) for start, end in covered]
@@ -331,7 +341,8 @@ class RunPrivacy:
                 return [walk(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
             return value
 
-        out = walk(arguments)
+        with self._lock:
+            out = walk(arguments)
         return out, PiiNote(tuple(sorted(restored)), tuple(sorted(withheld)), unknown)
 
     def known_tokens(self, text: str) -> bool:
