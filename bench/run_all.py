@@ -37,6 +37,7 @@ SECTIONS = [
     "packages",
     "load",
     "egress",
+    "pii",
 ]
 BUDGET_SECONDS = 300
 SECTION_TIMEOUT = 600

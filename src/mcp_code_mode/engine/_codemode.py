@@ -623,7 +623,8 @@ class CodeMode:
 
 
 def masked(privacy: RunPrivacy, result: RunResult) -> None:
-    """Mask what a run's result carries to the model (in place): output, return value, error, file names. Text a
+    """Mask what a run's result carries to the model (in place): output, return value, error, file names, the
+    network's hosts. Text a
     cap cut loses its last word first (``cut_tail``: it may be part of a value)."""
     if result.truncated:
         result.output = cut_tail(result.output)
@@ -637,6 +638,9 @@ def masked(privacy: RunPrivacy, result: RunResult) -> None:
             result.error.traceback = privacy.mask_text(result.error.traceback)
     for entry in result.files:
         entry.path = privacy.mask_text(entry.path)
+    if result.network is not None:  # a script may have connected to an address its data held
+        result.network.hosts = [privacy.mask_text(h) for h in result.network.hosts]
+        result.network.refused = [privacy.mask_text(r) for r in result.network.refused]
 
 
 _STUB_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(")
