@@ -626,3 +626,42 @@ def test_labelled_set_scoring_can_fail() -> None:
     scores = score(lines[:100], Detectors(tuple(k for k in KINDS if k != "email"), phone_regions=REGIONS))
     tp, _fp, fn = scores["email"]
     assert tp == 0 and fn > 0
+
+
+# ----- the phone detector against PhoneNumberMatcher ---------------------------------------------
+
+
+def phone_like(rng: random.Random) -> str:
+    country = rng.choice(["+1 ", "+44 ", "+49 ", "+33 ", "+39 ", "+34 ", "+61 ", "+81 ", "+7 ", "+353 ", "", "", ""])
+    lead = rng.choice(["", "0", "1", "00", "06", "07", "0171 ", "030 ", "020 "])
+    area = rng.choice(["", "", f"({rng.randrange(200, 999)}) ", f"({rng.randrange(10, 99)}) "])
+    sizes = [rng.randrange(1, 5) for _ in range(rng.randrange(2, 5))]
+    groups = [str(rng.randrange(10 ** (k - 1), 10**k)) for k in sizes]
+    return country + lead + area + rng.choice([" ", "-", ".", ""]).join(groups)
+
+
+def test_phone_found_only_where_the_matcher_finds_it() -> None:
+    # plain candidates are validated from the metadata without the matcher: what that finds, the matcher
+    # must find too, whole (the labelled set measures the other direction)
+    from phonenumbers import Leniency, PhoneNumberMatcher
+
+    rng = random.Random(21)
+    candidates = [phone_like(rng) for _ in range(1500)]
+    lines = LABELLED.read_text(encoding="utf-8").splitlines()
+    candidates += [f["value"] for line in lines for f in json.loads(line)["found"] if f["kind"] == "phone"]
+    checked = 0
+    for regions in [REGIONS, ("US",), ("GB", "DE")]:
+        detectors = Detectors(("phone",), phone_regions=regions)
+        for candidate in candidates:
+            for f in detectors.find(f"tel {candidate} ok"):
+                readings = [*regions, "ZZ"]
+                spans = {(m.start, m.end) for r in readings for m in PhoneNumberMatcher(f.value, r, Leniency.VALID)}
+                assert (0, len(f.value)) in spans, (candidate, f.value, regions)
+                checked += 1
+    assert checked > 600
+
+
+def test_phone_not_taken_from_an_iban_or_a_time() -> None:
+    assert values("IBAN NL47 UQRE 2574 1263 44", "phone") == []
+    assert values("at 20260115 10:20 and 415 555 0132:30", "phone") == []
+    assert values("CALL 212 555 0111", "phone") == ["212 555 0111"]

@@ -3,31 +3,42 @@
 ``Detectors.find`` returns every value of the kinds that are on, as ``Found`` (start, end, kind, value), sorted
 by start and never overlapping: of two matches that overlap, the longer is kept, then the earlier; at the same
 start and length a custom kind wins over a built-in one, then the stricter format: card, IBAN, SSN, e-mail,
-IP, phone.
-``Secrets.find`` returns the spans of secrets, which are replaced and never restored. Every pattern is
-compiled once, when the module is imported (a custom kind's when it is made), and none backtracks more than
-a bounded amount at a position: a megabyte of text takes tens of milliseconds, not seconds.
+IP, phone. ``Secrets.find`` returns the spans of secrets, which are replaced and never restored.
+
+Every pattern is compiled once, when the module is imported (a custom kind's when it is made). Each scan
+starts at a literal or a small set of characters (an ``@``, a dot, a dash, a digit run), so the regex
+engine skips the rest of the text in C, and no pattern backtracks more than a bounded amount at a position:
+100 KB of ``a@a@...`` or ``1 1 1 ...`` takes milliseconds. A megabyte of code and logs takes about a tenth
+of a second; a megabyte of customer rows dense with personal data a few tenths, most of it for phone
+numbers (``bench/pii_detection.py`` measures both).
 
 The built-in kinds:
 
-- ``email``: a dot-atom local part (letters, digits and ``_ % + -``, dots between runs of them), ``@``, a
-  domain of dot-separated labels (letters, digits, inner hyphens) and a top-level domain of 2 to 63 ASCII
-  letters. Not found: quoted local parts, IP-literal domains (``user@[192.0.2.1]``), internationalised
-  names, an address without a dot in its domain (``user@localhost``, ``alice@example``: names on a host,
-  not deliverable addresses), an address inside a longer word, and a file name whose last label is a
-  common file extension that is no top-level domain (``icon@2x.png``, ``lodash@4.17.21`` has no letters).
-- ``phone``: numbers that ``phonenumbers`` finds valid (``PhoneNumberMatcher``, leniency ``VALID``) in a
-  candidate span: 7 to 20 digits in groups separated by one of space, ``.``, ``-``, ``/`` or parentheses,
-  with an optional leading ``+``. A number with ``+`` (E.164, ``+1 415 555 0132``, ``+49 (0)30 2345678``)
-  is found whatever the regions; a national one (``(415) 555-0132``, ``020 7946 0958``, ``030 2345678``,
-  ``01 23 45 67 89``) only when it is valid in one of ``phone_regions``. A run of digits with no separator
-  and no ``+`` (``4155550132``) is read only after a word that labels it (phone, tel, mobile, cell, fax,
-  and their German and French names) within 24 characters before it: unlabelled, such a run is more often
-  an id, an amount or a timestamp. Not found: dates (``2026-12-01``, ``01.02.2026``, ``12/31/2025``),
-  times, decimals (``37.7749295``), dotted quads, numbers with three or more one-digit groups
-  (``1 2 3 4 5 6 7 8``), card numbers (a Luhn-valid run that the card detector takes), and a number
-  glued to letters or to more digits (``x4155550132``, ``4155550132.00``). Extensions are not part of the
-  value.
+- ``email``: a local part of letters, digits and ``_ % + -`` in runs joined by dots or apostrophes (at most
+  64 characters), ``@``, a domain of dot-separated labels (letters, digits, inner hyphens) and a top-level
+  domain of 2 to 63 ASCII letters. Not found: quoted local parts, IP-literal domains (``user@[192.0.2.1]``),
+  internationalised names, an address without a dot in its domain (``user@localhost``, ``alice@example``:
+  names on a host, not deliverable addresses), an address inside a longer word or address
+  (``A@b@c@example.com``), version pins (``lodash@4.17.21``) and a file name whose last label is a common
+  file extension that is no top-level domain (``icon@2x.png``).
+- ``phone``: numbers valid by ``phonenumbers``' metadata, in a candidate span: 7 to 20 digits in groups
+  separated by one of space, ``.``, ``-``, ``/`` or parentheses, with an optional leading ``+``. A number
+  with ``+`` (E.164: ``+1 415 555 0132``, ``+49 (0)30 2345678``) is found whatever the regions; a national
+  one (``(415) 555-0132``, ``020 7946 0958``, ``030 2345678``, ``01 23 45 67 89``) when it is valid read in
+  one of ``phone_regions`` (a US reading also finds the other NANP countries' numbers, as ``phonenumbers``
+  does). Outside the NANP and the regions without one, a national number needs its national prefix
+  (``030 2345678``, not ``30 2345678``). A candidate of plain groups (single separators, an area code in
+  parentheses at most) is checked against the metadata in the steps of ``phonenumbers``' own parse and
+  validity check, where those steps are simple; every other candidate is given to ``PhoneNumberMatcher``
+  (leniency ``VALID``), and only candidates that could be valid in a region get that far (the matcher costs
+  about a tenth of a millisecond a call). A run of digits with no separator and no ``+`` (``4155550132``) is
+  read only after a word that labels it within 24 characters before it (phone, tel, mobile, cell, fax,
+  pager, sms, whatsapp, msisdn; handy, telefon, téléphone, portable, teléfono, telefono): unlabelled, such a run
+  is more often an id, an amount or a timestamp. Not found: dates (``2026-12-01``, ``01.02.2026``,
+  ``12/31/2025``), times, decimals (``37.7749295``), dotted quads, numbers with three or more one-digit
+  groups (``1 2 3 4 5 6 7 8``), card numbers (a run the card detector takes), the last groups of a spaced
+  IBAN, and a number glued to letters, to more digits or to a time (``x4155550132``, ``4155550132.00``,
+  ``2026 0115 10:20``). Extensions are not part of the value.
 - ``card``: 13 to 19 digits, bare or in groups of 3 to 6 digits separated by single spaces or single
   dashes (one kind of separator throughout), Luhn-valid, with a known issuer prefix and a length that issuer
   uses: Visa ``4`` (16 or 19 digits), Mastercard ``51``–``55`` and ``2221``–``2720`` (16), American
@@ -35,8 +46,9 @@ The built-in kinds:
   (16–19), Diners Club ``300``–``305``, ``3095``, ``36``, ``38``, ``39`` (14–19), UnionPay ``62``
   (16–19), Mir ``2200``–``2204`` (16–19), Maestro ``5018``, ``5020``, ``5038``, ``5893``, ``6304``,
   ``6759``, ``6761``–``6763`` (16–19). Not found: 13-digit Visa numbers (none has been issued for years,
-  and a 13-digit run starting with 4 is far more often an EAN-13 barcode), a run that a letter, a digit or
-  a separator and a digit continues on either side (hex hashes, longer ids), masked numbers.
+  and a 13-digit run starting with 4 is far more often an EAN-13 barcode), 15-digit runs with Visa's
+  prefix (IMEIs), a run that a letter, a digit or a separator and a digit continues on either side (hex
+  hashes, longer ids), masked numbers.
 - ``iban``: two letters of a country in the IBAN registry, two check digits (02–98), the BBAN, bare or in
   groups of four separated by single spaces, of the length the registry gives that country (all SEPA
   countries, GB and the other registry members) and with ISO 13616 mod-97 equal to 1. Letters may be of
@@ -48,27 +60,30 @@ The built-in kinds:
   of the value); an IPv6 value needs a group of three or more hex digits, four groups or an embedded IPv4
   (``a::b`` and ``xs[1::2]`` are code). Not found, as no person's: the unspecified addresses (``0.0.0.0``,
   ``::``), loopback (``127.0.0.0/8``, ``::1``, their IPv4-mapped forms), multicast (``224.0.0.0/4``,
-  ``ff00::/8``) and the reserved ``240.0.0.0/4`` (netmasks such as ``255.255.255.0``, broadcast). Private
-  and documentation ranges are found: a private address still tells a device apart.
+  ``ff00::/8``) and the reserved ``240.0.0.0/4`` (netmasks such as ``255.255.255.0``, broadcast). Private,
+  link-local and documentation ranges are found: such an address still tells a device apart.
 - ``ssn``: a US Social Security number ``ddd-dd-dddd`` outside the ranges the SSA never issues (area
   ``000``, ``666``, ``900``–``999``; group ``00``; serial ``0000``). Nine bare digits, or ``ddd dd dddd``,
-  only right after a label (``SSN``, ``SSN#:``, ``social security number``, ``"ssn": "``): bare, nine
-  digits are any id.
+  only right after a label (``SSN``, ``SSN#:``, ``SS#``, ``social security number``, ``"ssn": "``): bare,
+  nine digits are any id.
 
-A custom kind (``CustomKind``) is a name and a Python regex; the value is the whole match, an empty match
-is skipped. Its regex is the config's author's: one that backtracks badly is slow on every result.
+A custom kind (``CustomKind``) is a name and a Python regex; the value is the whole match. A regex that
+matches the empty string is refused (tried on a set of probe texts; a zero-length match that only another
+text would give is skipped when it is used). Its regex is the config's author's: one that backtracks badly
+is slow on every result.
 
 ``Secrets`` finds: the literal values it is given (at least ``MIN_SECRET_CHARS`` characters; for a value
 ``<scheme> <credential>`` with scheme Bearer, Basic or Token the credential too), the credential after
-``Bearer`` (8 or more token characters with a digit or a symbol, or 20 or more), AWS access key ids
-(``AKIA``, ``ASIA``, ``ABIA``, ``ACCA`` and 16 more), AWS secret keys after their label
-(``aws_secret_access_key = ...``, ``"SecretAccessKey": "..."``), GitHub tokens (``ghp_``, ``gho_``,
-``ghu_``, ``ghs_``, ``ghr_`` and 36 or more, ``github_pat_``), Slack tokens (``xoxa-``, ``xoxb-``,
-``xoxp-``, ``xoxo-``, ``xoxs-``, ``xoxr-``) and incoming-webhook URLs, JWTs (``eyJ...`` ``.eyJ...``
-``.signature``), PEM private key blocks (``BEGIN ... PRIVATE KEY`` to the matching ``END``, whole; an
-unterminated one to the end of its base64 lines), ``sk-``/``sk-ant-``/``sk-proj-`` keys (20 or more
-characters with a digit), Stripe ``sk_live_``, ``sk_test_``, ``rk_live_``, ``rk_test_``, and Google API
-keys (``AIza`` and 35). Spans are sorted and merged where they overlap or touch.
+``Bearer`` (8 or more token characters with a digit or a symbol, or 20 or more: ``Bearer authentication``
+is prose), AWS access key ids (``AKIA``, ``ASIA``, ``ABIA``, ``ACCA`` and 16 more), AWS secret keys after
+their label (``aws_secret_access_key = ...``, ``"SecretAccessKey": "..."``), GitHub tokens (``ghp_``,
+``gho_``, ``ghu_``, ``ghs_``, ``ghr_`` and 36 or more, ``github_pat_``), Slack tokens (``xoxa-``,
+``xoxb-``, ``xoxp-``, ``xoxo-``, ``xoxs-``, ``xoxr-``) and incoming-webhook URLs, JWTs (``eyJ...``
+``.eyJ...`` ``.signature``), PEM private key blocks (``BEGIN ... PRIVATE KEY`` to the matching ``END``,
+whole, in plain text or with ``\\n`` escapes in JSON; an unterminated one to the end of its base64 lines),
+``sk-``/``sk-ant-``/``sk-proj-`` keys (20 or more characters with a digit), Stripe ``sk_live_``,
+``sk_test_``, ``rk_live_``, ``rk_test_`` (not the publishable ``pk_``), and Google API keys (``AIza`` and
+35). Spans are sorted and merged where they overlap or touch.
 """
 
 from __future__ import annotations
@@ -433,7 +448,7 @@ _DECIMAL = re.compile(r"\d+\.\d+")
 _DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _PHONE_LABEL = re.compile(
     r"""(?ix)
-    (?<![a-z])(?:phone|telephone|tel|mobile|mobil|cell|cellphone|fax|handy|telefon|telefono|t[ée]l[ée]phone
+    (?<![a-z])(?:phone|telephone|tel|mobile|mobil|cell|cellphone|fax|handy|telefon|tel[ée]fono|t[ée]l[ée]phone
     |portable|pager|whatsapp|sms|msisdn)
     \w*["']?\s*[.:=]?\s*["']?\s*$
     """
@@ -443,23 +458,48 @@ _GROUPS = re.compile(r"\d+")
 
 @dataclass(frozen=True)
 class _Region:
+    """What the phone detector reads of a region's metadata (the same metadata ``phonenumbers`` validates with)."""
+
     code: str
+    country_code: int
     general: re.Pattern[str]
-    """Any valid national number of the region (the union of its number types' patterns)."""
+    general_lengths: frozenset[int]
+    types: tuple[tuple[re.Pattern[str], frozenset[int]], ...]
+    """Each type of number the region has (fixed line, mobile, toll free, ...): pattern and lengths."""
+    any_type: re.Pattern[str]
     national_prefix: re.Pattern[str] | None
+    """The national prefix as ``phonenumbers`` strips it when parsing."""
+    transformed: bool
+    """Whether the region rewrites what follows its national prefix (no shortcut is taken for it)."""
     international_prefix: re.Pattern[str] | None
+    leading_digits: re.Pattern[str] | None
 
     def plausible(self, digits: str) -> bool:
-        """A cheap necessary condition for a national-format number of this region (the matcher decides)."""
+        """A cheap necessary condition for a national-format number of this region (the matcher decides):
+        with or without the national prefix, a number of some region of the same country code (a US reading
+        finds Canadian numbers, as ``phonenumbers`` does), or one dialled with the international prefix."""
         if self.international_prefix is not None and self.international_prefix.match(digits):
             return True
-        if self.general.fullmatch(digits):
+        any_type = _country_any_type(self.country_code)
+        # without its national prefix, a national number is read only where the prefix is optional (NANP)
+        # or there is none (Spain, Italy): elsewhere phonenumbers wants it (and 263-66-1234 is no German number)
+        if (self.country_code == 1 or self.national_prefix is None) and any_type.fullmatch(digits):
             return True
         if self.national_prefix is not None:
             prefix = self.national_prefix.match(digits)
-            if prefix is not None and prefix.end() and self.general.fullmatch(digits[prefix.end() :]):
+            if prefix is not None and prefix.end() and any_type.fullmatch(digits[prefix.end() :]):
                 return True
         return False
+
+    def has_type(self, national: str) -> bool:
+        """``phonenumbers``' number type is not UNKNOWN: the general pattern and one type's pattern match."""
+        return _desc_matches(national, self.general, self.general_lengths) and any(
+            _desc_matches(national, pattern, lengths) for pattern, lengths in self.types
+        )
+
+
+def _desc_matches(national: str, pattern: re.Pattern[str], lengths: frozenset[int]) -> bool:
+    return (not lengths or len(national) in lengths) and pattern.fullmatch(national) is not None
 
 
 _NUMBER_TYPES = (
@@ -477,29 +517,113 @@ _NUMBER_TYPES = (
 
 
 @functools.lru_cache(maxsize=512)
-def _region(code: str) -> _Region:
+def _region_or_none(code: str) -> _Region | None:
     metadata = PhoneMetadata.metadata_for_region(code)
     if metadata is None or metadata.general_desc is None or metadata.general_desc.national_number_pattern is None:
-        raise ValueError(f"unknown phone region {code!r}: an ISO 3166 region code such as US, GB, DE, FR")
+        return None
     parsing = metadata.national_prefix_for_parsing or metadata.national_prefix
-    # the patterns of every type of number the region has: what is_valid_number asks of a national number
-    typed = [
-        desc.national_number_pattern
+    types = tuple(
+        (re.compile(desc.national_number_pattern), frozenset(desc.possible_length or ()))
         for desc in (getattr(metadata, name, None) for name in _NUMBER_TYPES)
         if desc is not None and desc.national_number_pattern
-    ]
-    return _Region(
-        code,
-        re.compile("|".join(f"(?:{p})" for p in typed) if typed else metadata.general_desc.national_number_pattern),
-        re.compile(parsing) if parsing else None,
-        re.compile(metadata.international_prefix) if metadata.international_prefix else None,
     )
+    general = metadata.general_desc.national_number_pattern
+    return _Region(
+        code=code,
+        country_code=metadata.country_code or 0,
+        general=re.compile(general),
+        general_lengths=frozenset(metadata.general_desc.possible_length or ()),
+        types=types,
+        any_type=re.compile("|".join(f"(?:{p.pattern})" for p, _ in types) if types else general),
+        national_prefix=re.compile(parsing) if parsing else None,
+        transformed=bool(metadata.national_prefix_transform_rule),
+        international_prefix=re.compile(metadata.international_prefix) if metadata.international_prefix else None,
+        leading_digits=re.compile(metadata.leading_digits) if metadata.leading_digits else None,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _country_any_type(country_code: int) -> re.Pattern[str]:
+    regions = [_region_or_none(code) for code in phonenumbers.COUNTRY_CODE_TO_REGION_CODE.get(country_code, ())]
+    patterns = [f"(?:{r.any_type.pattern})" for r in regions if r is not None]
+    return re.compile("|".join(patterns) if patterns else "(?!)")
+
+
+def _region(code: str) -> _Region:
+    region = _region_or_none(code)
+    if region is None:
+        raise ValueError(f"unknown phone region {code!r}: an ISO 3166 region code such as US, GB, DE, FR")
+    return region
+
+
+def _valid_in_country(country_code: int, national: str) -> bool:
+    """``phonenumbers.is_valid_number`` of a parsed number: the region is picked among those of the country
+    code (by leading digits, else the first with a known type), then the number must have a type there."""
+    if not _country_any_type(country_code).fullmatch(national):
+        return False  # no region of the country code has a type for it (one regex for the 25 NANP regions)
+    for code in phonenumbers.COUNTRY_CODE_TO_REGION_CODE.get(country_code, ()):
+        region = _region_or_none(code)
+        if region is None:
+            continue
+        if region.leading_digits is not None:
+            if region.leading_digits.match(national):
+                return region.has_type(national)
+        elif region.has_type(national):
+            return True
+    return False
+
+
+_PLAIN_PHONE = re.compile(r"\+?[0-9]*[ .\-]?(?:\((?P<area>[0-9]{1,5})\)[ .\-]?)?[0-9]+(?:[ .\-][0-9]+)*")
+"""A candidate whose reading is plain: digit groups with single spaces, dots or dashes, an area code in
+parentheses at most (no ``(0)`` after a country code, no slashes, no extension)."""
+
+
+def _plainly_valid(candidate: str, digits: str, international: bool, regions: tuple[_Region, ...]) -> bool:
+    """Whether a plain candidate is, whole, a number ``PhoneNumberMatcher`` (leniency VALID) finds valid:
+    the same metadata and the same steps as its parse and checks, taken only where they are simple (no
+    country code inside a national number, no national prefix after a country code, no rewriting region).
+    False means "ask the matcher", never "not a phone number"."""
+    plain = _PLAIN_PHONE.fullmatch(candidate)
+    if plain is None:
+        return False
+    if international:
+        if plain["area"] is not None and plain["area"].startswith("0"):
+            return False
+        for size in (1, 2, 3):
+            country_code = int(digits[:size])
+            if country_code in phonenumbers.COUNTRY_CODE_TO_REGION_CODE:
+                break
+        else:
+            return False
+        national = digits[size:]
+        main = _region_or_none(phonenumbers.region_code_for_country_code(country_code))
+        if main is None or (main.national_prefix is not None and main.national_prefix.match(national)):
+            return False
+        return _valid_in_country(country_code, national)
+    for region in regions:
+        if region.transformed or region.national_prefix is None or digits.startswith(str(region.country_code)):
+            continue
+        if region.international_prefix is not None and region.international_prefix.match(digits):
+            continue
+        prefix = region.national_prefix.match(digits)
+        national, stripped = digits, False
+        if prefix is not None and prefix.end():
+            # phonenumbers keeps the prefix when the number fits the region only with it
+            if not (region.general.fullmatch(digits) and not region.general.fullmatch(digits[prefix.end() :])):
+                national, stripped = digits[prefix.end() :], True
+        # without its national prefix, a national number is read only where the prefix is optional (NANP)
+        if (stripped or region.country_code == 1) and _valid_in_country(region.country_code, national):
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=8192)
 def _matches(candidate: str, region: str) -> tuple[tuple[int, int], ...]:
     """What ``PhoneNumberMatcher`` finds in a candidate, read in a region (``ZZ``: only ``+`` numbers)."""
     return tuple((m.start, m.end) for m in PhoneNumberMatcher(candidate, region, leniency=Leniency.VALID))
+
+
+_IBAN_BEFORE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: [A-Z0-9]{4})+ $")
 
 
 def _phone_bounded(text: str, start: int, end: int) -> bool:
@@ -510,11 +634,13 @@ def _phone_bounded(text: str, start: int, end: int) -> bool:
             return False
         if text[start] != "+" and start >= 2 and before in " .-/" and text[start - 2].isdigit():
             return False
+        if before == " " and _IBAN_BEFORE.search(text, max(0, start - 40), start):
+            return False  # the last groups of a spaced IBAN (NL47 UQRE 2574 1263 44)
     if end < len(text):
         after = text[end]
         if after.isalnum() or after == "_":
             return False
-        if after in " .-/" and end + 1 < len(text) and text[end + 1].isdigit():
+        if after in " .-/:" and end + 1 < len(text) and text[end + 1].isdigit():
             return False
     return True
 
@@ -542,13 +668,13 @@ def _find_phone(text: str, regions: tuple[_Region, ...]) -> Iterable[tuple[int, 
         international = candidate.lstrip("(").startswith("+")
         if not international and digits == candidate and not _PHONE_LABEL.search(text, max(0, offset - 24), offset):
             continue
-        if international:
-            readings = ["ZZ"]
-        else:
-            readings = [r.code for r in regions if r.plausible(digits)]
         spans: set[tuple[int, int]] = set()
-        for region in readings:
-            spans.update(_matches(candidate, region))
+        if _plainly_valid(candidate, digits, international, regions):
+            spans.add((0, len(candidate)))
+        else:
+            readings = ["ZZ"] if international else [r.code for r in regions if r.plausible(digits)]
+            for region in readings:
+                spans.update(_matches(candidate, region))
         for s, e in sorted(spans):
             start, end = offset + s, offset + e
             groups = _GROUPS.findall(text, start, end)
