@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from phonenumbers import Leniency, PhoneNumberMatcher
 
 from mcp_code_mode.privacy.detect import (
     KINDS,
@@ -643,8 +644,6 @@ def phone_like(rng: random.Random) -> str:
 def test_phone_found_only_where_the_matcher_finds_it() -> None:
     # plain candidates are validated from the metadata without the matcher: what that finds, the matcher
     # must find too, whole (the labelled set measures the other direction)
-    from phonenumbers import Leniency, PhoneNumberMatcher
-
     rng = random.Random(21)
     candidates = [phone_like(rng) for _ in range(1500)]
     lines = LABELLED.read_text(encoding="utf-8").splitlines()
@@ -659,6 +658,11 @@ def test_phone_found_only_where_the_matcher_finds_it() -> None:
                 assert (0, len(f.value)) in spans, (candidate, f.value, regions)
                 checked += 1
     assert checked > 600
+
+
+def test_non_ascii_digits_are_not_read() -> None:
+    arabic = "٤١٥٥٥٥٠١٣٢"  # 4155550132 in Arabic-Indic digits
+    assert found(f"phone: {arabic}, ssn ١٢٣-٤٥-٦٧٨٩, ip ١٩٢.١٦٨.١.١ and ::ffff:١.٢.٣.٤") == []
 
 
 def test_phone_not_taken_from_an_iban_or_a_time() -> None:

@@ -289,7 +289,7 @@ IBAN_LENGTHS: dict[str, int] = {
 
 _IBAN = re.compile(
     r"""
-    [A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z]\d\d
+    [A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z][0-9][0-9]
     (?:[A-Za-z0-9]{11,30}|(?:\ [A-Za-z0-9]{4}){2,7}(?:\ [A-Za-z0-9]{1,3})?)
     (?![A-Za-z0-9])
     """,
@@ -325,7 +325,7 @@ def _find_iban(text: str) -> Iterable[tuple[int, int]]:
 
 # ----- IP addresses -------------------------------------------------------------------------------
 
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4_QUICK = re.compile(r"\.(?<=[0-9]\.)[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}(?![\w]|\.[0-9])")
 """From the first dot of a dotted quad (a scan that stops at dots, not at every digit); the first octet is
 read back from it."""
@@ -341,8 +341,8 @@ _IPV6 = re.compile(
     r"""
     (?<![\w:.])
     (?:[0-9A-Fa-f]{0,4}:){2,7}
-    (?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{1,4})?
-    (?![\w:]|\.\d)
+    (?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f]{1,4})?
+    (?![\w:]|\.[0-9])
     """,
     re.VERBOSE,
 )
@@ -405,7 +405,7 @@ _SSN_LABELLED = re.compile(
     [Ss](?<![A-Za-z][Ss])
     (?i:(?:sn|s\ ?\#|ocial[\ _\-]?security(?:[\ _\-]?(?:number|num|no|nr))?)(?![a-z]))
     [\s"':=\#.()\-]{0,6}
-    (?P<value>\d{3}(?P<sep>\ ?)\d{2}(?P=sep)\d{4})
+    (?P<value>[0-9]{3}(?P<sep>\ ?)[0-9]{2}(?P=sep)[0-9]{4})
     (?![\w\-])
     """,
     re.VERBOSE,
@@ -436,16 +436,16 @@ every other character in C); the candidate regex below is tried only around thes
 _PHONE_RUN = re.compile(
     r"""
     (?<![\w@./\-])                               # not inside a word, an address, a path or an id
-    (?!(?:19|20)\d\d[\-./](?:0?[1-9]|1[0-2])[\-./](?:0?[1-9]|[12]\d|3[01])(?!\d|[\-./]\d))  # not a date
-    (?!(?:0?[1-9]|[12]\d|3[01])[\-./](?:0?[1-9]|[12]\d|3[01])[\-./](?:\d\d){1,2}(?!\d|[\-./]\d))
+    (?!(?:19|20)[0-9][0-9][\-./](?:0?[1-9]|1[0-2])[\-./](?:0?[1-9]|[12][0-9]|3[01])(?![0-9]|[\-./][0-9]))  # not a date
+    (?!(?:0?[1-9]|[12][0-9]|3[01])[\-./](?:0?[1-9]|[12][0-9]|3[01])[\-./](?:[0-9][0-9]){1,2}(?![0-9]|[\-./][0-9]))
     (?:\+|\(\+?)?
-    \d(?:(?:[ .\-/]|\)[ .\-/]?|[ .\-/]?\()?\d){6,19}
+    [0-9](?:(?:[ .\-/]|\)[ .\-/]?|[ .\-/]?\()?[0-9]){6,19}
     \)?
     """,
     re.VERBOSE,
 )
-_DECIMAL = re.compile(r"\d+\.\d+")
-_DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_DECIMAL = re.compile(r"[0-9]+\.[0-9]+")
+_DOTTED_QUAD = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 _PHONE_LABEL = re.compile(
     r"""(?ix)
     (?<![a-z])(?:phone|telephone|tel|mobile|mobil|cell|cellphone|fax|handy|telefon|tel[ée]fono|t[ée]l[ée]phone
@@ -453,7 +453,7 @@ _PHONE_LABEL = re.compile(
     \w*["']?\s*[.:=]?\s*["']?\s*$
     """
 )
-_GROUPS = re.compile(r"\d+")
+_GROUPS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
