@@ -289,12 +289,14 @@ IBAN_LENGTHS: dict[str, int] = {
 
 _IBAN = re.compile(
     r"""
-    [A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z][0-9][0-9]
+    [0-9](?<=(?<![A-Za-z0-9])[A-Za-z][A-Za-z][0-9])[0-9]       # the check digits, after the country code
     (?:[A-Za-z0-9]{11,30}|(?:\ [A-Za-z0-9]{4}){2,7}(?:\ [A-Za-z0-9]{1,3})?)
     (?![A-Za-z0-9])
     """,
     re.VERBOSE,
 )
+"""From the first check digit (a scan that stops at digits, fewer than letters); the country code is the
+two letters before it."""
 
 
 def iban_valid(compact: str) -> bool:
@@ -310,16 +312,17 @@ def iban_valid(compact: str) -> bool:
 
 def _find_iban(text: str) -> Iterable[tuple[int, int]]:
     for m in _IBAN.finditer(text):
-        value = m.group()
+        start = m.start() - 2
+        value = text[start : m.end()]
         if " " not in value:
             if iban_valid(value):
-                yield m.start(), m.end()
+                yield start, m.end()
             continue
         # spaced: the last group or two may be a word that follows (``... 7034 EUR``)
         groups = value.split(" ")
         for keep in range(len(groups), max(len(groups) - 3, 3), -1):
             if iban_valid("".join(groups[:keep])):
-                yield m.start(), m.start() + len(" ".join(groups[:keep]))
+                yield start, start + len(" ".join(groups[:keep]))
                 break
 
 
