@@ -260,3 +260,11 @@ def test_cut_tail_drops_a_last_word_that_runs_to_the_cut() -> None:
     assert cut_tail("customers: alice.mo") == "customers: …"
     assert cut_tail("done\n") == "done\n"
     assert cut_tail("x" * 300) == "x" * 44 + "…"
+
+
+def test_a_cut_keeps_the_cap_unless_its_last_word_may_be_part_of_a_value_or_a_secret() -> None:
+    quiet = book(tokenize={"crm": False}).run("c1")
+    assert quiet.cut("abc\nxyzxyz") == "abc\nxyzxyz"  # nothing to hide: exactly the cap
+    assert quiet.cut("key=sk_live_51HxY") == "…"  # the start of a known secret
+    assert quiet.cut("token ghp_abc") == "token …"  # a key format's prefix
+    assert book().run("c1").cut("customer alice.mo") == "customer …"  # personal data is tokenized

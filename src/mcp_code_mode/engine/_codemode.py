@@ -38,7 +38,7 @@ from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
-from ..privacy.core import RunPrivacy, cut_tail
+from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
 from ..runners.registry import build_runners, default_runners
 from ..sandbox import detect_sandbox
@@ -624,12 +624,12 @@ class CodeMode:
 
 def masked(privacy: RunPrivacy, result: RunResult) -> None:
     """Mask what a run's result carries to the model (in place): output, return value, error, file names, the
-    network's hosts. Text a
-    cap cut loses its last word first (``cut_tail``: it may be part of a value)."""
+    network's hosts. Text a cap cut loses its last word first when it may be part of a value or a secret
+    (``RunPrivacy.cut``)."""
     if result.truncated:
-        result.output = cut_tail(result.output)
+        result.output = privacy.cut(result.output)
         if isinstance(result.return_value, str):
-            result.return_value = cut_tail(result.return_value)
+            result.return_value = privacy.cut(result.return_value)
     result.output = privacy.mask_text(result.output)
     result.return_value = privacy.mask(result.return_value)
     if result.error is not None:

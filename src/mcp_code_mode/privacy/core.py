@@ -273,9 +273,20 @@ class RunPrivacy:
             self._entries[token] = self.book.vault.lookup(self.client, token)
         return self._entries[token]
 
+    def cut(self, text: str) -> str:
+        """Text a cap cut, safe to mask: without its last word (``cut_tail``) when that word may be the start of
+        a value (personal data is tokenized) or of a secret (it holds a key format's prefix or the start of a
+        known secret); as it is otherwise (a cap keeps exactly the cap)."""
+        if not text or text[-1].isspace():
+            return text
+        word = text[max(text.rfind(c) for c in " \n\t\r") + 1 :]
+        if self.book.active or _partial_secret(word, self.book.secrets.literals):
+            return cut_tail(text)
+        return text
+
     def stream(self, emit: Callable[[str], Awaitable[None]]) -> MaskedStream:
         """Output as it streams, masked: a value cut between two chunks is held until it is whole."""
-        return MaskedStream(self.mask_text, emit)
+        return MaskedStream(self.mask_text, emit, self.cut)
 
     # ----- on the way to the tools ---------------------------------------------------------------------------
 
@@ -431,6 +442,22 @@ def cut_tail(text: str) -> str:
     return text[:start] + "…"
 
 
+SECRET_PREFIXES = ("sk-", "sk_", "rk_", "gh", "github_pat_", "xox", "AKIA", "ASIA", "eyJ", "AIza", "-----BEGIN")
+"""Starts of the key formats ``detect.Secrets`` knows: a word cut at a cap that holds one may be a cut key."""
+MIN_PARTIAL = 4
+
+
+def _partial_secret(word: str, literals: Iterable[str]) -> bool:
+    """Whether ``word`` (the end of text cut at a cap) may hold the start of a secret."""
+    if any(prefix in word for prefix in SECRET_PREFIXES):
+        return True
+    for literal in literals:
+        for k in range(MIN_PARTIAL, min(len(word), len(literal)) + 1):
+            if word.endswith(literal[:k]):
+                return True
+    return False
+
+
 def _occurrences(text: str, value: str) -> Iterable[int]:
     """Where ``value`` stands in ``text``, glued to other text or not, unless it is part of a longer value: a
     number continued by a digit, or a value preceded by a letter or digit (``bob@x.com`` is not in
@@ -495,9 +522,15 @@ class MaskedStream:
     the next chunk (a value is never split across two messages), unless it grows past ``STREAM_HOLD``
     characters, when all but the last ``STREAM_TAIL`` go. A PEM block is held until its end line."""
 
-    def __init__(self, mask: Callable[[str], str], emit: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        mask: Callable[[str], str],
+        emit: Callable[[str], Awaitable[None]],
+        cut: Callable[[str], str] = lambda text: text,
+    ) -> None:
         self._mask = mask
         self._emit = emit
+        self._cut = cut
         self._pending = ""
 
     async def write(self, text: str) -> None:
@@ -520,10 +553,10 @@ class MaskedStream:
 
     async def flush(self, cut: bool = False) -> None:
         """Send what is held. ``cut``: the output was cut at its cap, so its last word may be part of a value
-        (``cut_tail``)."""
+        (``RunPrivacy.cut``)."""
         if self._pending:
             out, self._pending = self._pending, ""
-            await self._emit(self._mask(cut_tail(out) if cut else out))
+            await self._emit(self._mask(self._cut(out) if cut else out))
 
 
 __all__ = ["MaskedStream", "PiiNote", "Privacy", "RunPrivacy", "cut_tail"]
