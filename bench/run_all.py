@@ -37,6 +37,7 @@ SECTIONS = [
     "packages",
     "load",
     "egress",
+    "pii_detection",
     "pii",
 ]
 BUDGET_SECONDS = 300
