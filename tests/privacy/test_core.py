@@ -268,3 +268,19 @@ def test_a_cut_keeps_the_cap_unless_its_last_word_may_be_part_of_a_value_or_a_se
     assert quiet.cut("key=sk_live_51HxY") == "…"  # the start of a known secret
     assert quiet.cut("token ghp_abc") == "token …"  # a key format's prefix
     assert book().run("c1").cut("customer alice.mo") == "customer …"  # personal data is tokenized
+
+
+def test_a_field_named_for_a_kind_is_that_kind_whatever_its_shape() -> None:
+    run = book().run("c1")
+    run.harvest(
+        "crm",
+        {
+            "rows": [
+                {"Phone": "555-0199", "e-mail": "ops at example", "card_type": "visa", "IBAN": "XX00 1234 5678 9012 34"}
+            ]
+        },
+    )
+    out = run.mask_text("call 555-0199 card visa iban XX00 1234 5678 9012 34")
+    assert out == "call [PHONE_1] card visa iban [IBAN_1]"  # "ops at example" has no @: not an address
+    run.harvest("wiki", {"phone": "555-0123"})  # an off server's fields are not taken for its kind
+    assert run.mask_text("555-0123") == "555-0123"

@@ -12,8 +12,9 @@
   ``false``; every built-in is on unless set ``false``.
 - ``custom``: kinds of our own, each a name (lower case, ``[a-z][a-z0-9_]*``, not a built-in's) and a Python
   regular expression; what it matches becomes ``[EMPLOYEE_ID_1]``.
-- ``phoneRegions``: the regions whose national formats are read as phone numbers (ISO 3166 codes; ``US``
-  when unset). Numbers in international form (``+44 20 7946 0958``) are found whatever the regions.
+- ``phoneRegions``: the regions whose national formats are read as phone numbers (ISO 3166 codes; ``US``,
+  ``GB``, ``DE`` and ``FR`` when unset). Numbers in international form (``+44 20 7946 0958``) are found
+  whatever the regions.
 
 Which servers' results are tokenized is each server entry's ``pii`` (``tokenize`` or ``off``) and
 ``CODE_MODE_PII``; which tools may receive a kind in plaintext is each server's ``policy.pii.sinks``
@@ -30,6 +31,9 @@ from .vault import KIND
 
 BUILTIN_KINDS: tuple[str, ...] = ("email", "phone", "card", "iban", "ip", "ssn")
 """The built-in detectors' kinds (``detect.KINDS``)."""
+DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR")
+"""The regions whose national formats are read when ``phoneRegions`` is unset (those the labelled set measures
+the phone detector with: ``bench/pii_detection.py``)."""
 
 
 class CustomDetector(BaseModel):
@@ -73,9 +77,10 @@ class PrivacyConfig(BaseModel):
     custom: list[CustomDetector] = Field(default_factory=list[CustomDetector])
     """Kinds of our own, each a name and a regular expression."""
     phone_regions: list[str] = Field(
-        default_factory=lambda: ["US"], validation_alias=AliasChoices("phoneRegions", "phone_regions")
+        default_factory=lambda: list(DEFAULT_PHONE_REGIONS),
+        validation_alias=AliasChoices("phoneRegions", "phone_regions"),
     )
-    """Regions whose national formats are read as phone numbers."""
+    """Regions whose national formats are read as phone numbers (``DEFAULT_PHONE_REGIONS`` when unset)."""
 
     @field_validator("detectors")
     @classmethod

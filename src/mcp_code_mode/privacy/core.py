@@ -27,6 +27,7 @@ as it is (``unknown``).
 from __future__ import annotations
 
 import bisect
+import ipaddress
 import json
 import re
 import threading
@@ -41,7 +42,7 @@ from .vault import SECRET, TOKEN, Entry, Vault
 
 MAX_HARVESTED = 200_000
 """Values one run remembers the origin of (results larger than that are still tokenized, without origin)."""
-MAX_VERBATIM = 500
+MAX_VERBATIM = 1000
 """Sensitive values of a run that are also searched for as written (glued to other text, where a detector
 would not see them: ``alice@example.com.txt``); past these, the detectors alone find values."""
 MIN_VERBATIM_CHARS = 5
@@ -161,18 +162,19 @@ class RunPrivacy:
     def _harvest(self, server: str, value: Any) -> None:
         book = self.book
         tokenizing = book.tokenize.get(server, False)
-        for text in _strings(value):
-            for found in book.detectors.find(text):
-                key = (found.kind, found.value)
-                if not tokenizing:
-                    self.plain.add(key)
-                elif key in self.origins:
-                    self.origins[key].add(server)
-                elif len(self.origins) < MAX_HARVESTED:
-                    self.origins[key] = {server}
-                    self._sensitive(key)
-                else:
-                    self._sensitive(key)
+        found = [(f.kind, f.value) for text in _strings(value) for f in book.detectors.find(text)]
+        if tokenizing:  # a field named for a kind holds one, even in a shape no detector knows ("555-0199")
+            found.extend(_fields(value, book.detectors.kinds))
+        for key in found:
+            if not tokenizing:
+                self.plain.add(key)
+            elif key in self.origins:
+                self.origins[key].add(server)
+            elif len(self.origins) < MAX_HARVESTED:
+                self.origins[key] = {server}
+                self._sensitive(key)
+            else:
+                self._sensitive(key)
 
     def _sensitive(self, key: tuple[str, str]) -> None:
         self.sensitive.add(key)
@@ -488,6 +490,67 @@ def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
     if at >= 0 and spans[at][1] > start:
         return True
     return at + 1 < len(spans) and spans[at + 1][0] < end
+
+
+FIELDS: dict[str, re.Pattern[str]] = {
+    "email": re.compile(r"e_?mail(_?address)?|mail_?address|contact_?email", re.IGNORECASE),
+    "phone": re.compile(r"(tele)?phone(_?number)?|mobile|cell(_?phone)?|tel|fax|msisdn", re.IGNORECASE),
+    "card": re.compile(r"(credit_?|debit_?|payment_?)?card(_?number|_?no)?|cc_?(number|num|no)|pan", re.IGNORECASE),
+    "iban": re.compile(r"iban", re.IGNORECASE),
+    "ip": re.compile(r"ip|ip_?addr(ess)?|remote_?addr(ess)?|client_?ip", re.IGNORECASE),
+    "ssn": re.compile(r"ssn|social_?security(_?number)?", re.IGNORECASE),
+}
+"""Field names (``-`` read as ``_``, any case) whose string value is a value of that kind, in a tokenizing server's
+results, whatever its shape."""
+
+
+def _field_value(kind: str, value: str) -> bool:
+    """Whether a field's value can be of its kind (a name alone is not enough: ``"card": "visa"`` is not)."""
+    digits = sum(c.isdigit() for c in value)
+    if kind == "email":
+        return "@" in value
+    if kind == "phone":
+        return digits >= 6
+    if kind == "card":
+        return 12 <= digits <= 19
+    if kind == "iban":
+        return len(value.replace(" ", "")) >= 15 and digits >= 2
+    if kind == "ssn":
+        return digits == 9
+    if kind == "ip":
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _fields(value: Any, kinds: Iterable[str]) -> Iterable[tuple[str, str]]:
+    """(kind, value) for each string (or long number) under a key that names a kind (``FIELDS``)."""
+    wanted = {kind: FIELDS[kind] for kind in kinds if kind in FIELDS}
+    if not wanted:
+        return
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for k, v in item.items():  # pyright: ignore[reportUnknownVariableType]
+                if isinstance(v, int) and not isinstance(v, bool):
+                    v = str(v)
+                if isinstance(v, str):
+                    text = v.strip()
+                    name = str(k).replace("-", "_")  # pyright: ignore[reportUnknownArgumentType]
+                    if MIN_VERBATIM_CHARS <= len(text) <= 100:
+                        yield from (
+                            (kind, text)
+                            for kind, pattern in wanted.items()
+                            if pattern.fullmatch(name) and _field_value(kind, text)
+                        )
+                else:
+                    stack.append(v)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _binary(item: Mapping[str, Any]) -> bool:
