@@ -284,3 +284,8 @@ def test_a_field_named_for_a_kind_is_that_kind_whatever_its_shape() -> None:
     assert out == "call [PHONE_1] card visa iban [IBAN_1]"  # "ops at example" has no @: not an address
     run.harvest("wiki", {"phone": "555-0123"})  # an off server's fields are not taken for its kind
     assert run.mask_text("555-0123") == "555-0123"
+
+
+def test_scrub_replaces_secrets_only() -> None:
+    privacy = book()
+    assert privacy.scrub(f"401: bad key {SECRET} for {ALICE}") == f"401: bad key [SECRET] for {ALICE}"

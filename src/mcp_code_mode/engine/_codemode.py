@@ -558,8 +558,12 @@ class CodeMode:
         return {**self.sandbox.describe(), "networkOffIsEnforced": self.sandbox.network_enforced()}
 
     def servers(self) -> list[dict[str, Any]]:
-        """Each downstream server's state."""
-        return [s.status() for s in self.pool.servers.values()]
+        """Each downstream server's state (secrets in an error it reported are ``[SECRET]``)."""
+        statuses = [s.status() for s in self.pool.servers.values()]
+        for status in statuses:
+            if isinstance(status.get("error"), str):
+                status["error"] = self.privacy.scrub(status["error"])
+        return statuses
 
     def status(self) -> dict[str, Any]:
         """Connected servers and runners, for discovery tools and the CLI."""

@@ -107,6 +107,19 @@ class Privacy:
     def run(self, client: str) -> RunPrivacy:
         return RunPrivacy(self, client)
 
+    def scrub(self, text: str) -> str:
+        """``text`` with its secrets ``[SECRET]`` (what the server says of itself: a downstream server's start-up
+        error may quote its own credentials)."""
+        spans = self.secrets.find(text)
+        if not spans:
+            return text
+        out: list[str] = []
+        at = 0
+        for start, end in spans:
+            out += [text[at:start], SECRET]
+            at = end
+        return "".join([*out, text[at:]])
+
     def may_receive(self, server: str, tool: str, kind: str, origins: frozenset[str]) -> bool:
         """Whether ``server``'s ``tool`` may receive a value of ``kind`` in plaintext: its sinks entry, else
         whether the value came from this server."""
