@@ -10,7 +10,7 @@ from mcp_code_mode.governance import PiiPolicy
 from mcp_code_mode.privacy.config import PrivacyConfig
 from mcp_code_mode.privacy.core import Privacy, RunPrivacy
 from mcp_code_mode.privacy.seal import Sealer
-from mcp_code_mode.privacy.vault import MemoryVault
+from mcp_code_mode.privacy.vault import MemoryVault, Vault
 
 ALICE = "alice.liddell@example.com"
 BOB = "bob.builder@example.org"
@@ -25,7 +25,7 @@ def book(
     sinks: dict[str, dict[str, list[str]]] | None = None,
     secrets: tuple[str, ...] = (SECRET,),
     sealer: Sealer | None = None,
-    vault: MemoryVault | None = None,
+    vault: Vault | None = None,
     config: PrivacyConfig | None = None,
 ) -> Privacy:
     rules = {name: PiiPolicy.model_validate({"sinks": s}).kinds_for for name, s in (sinks or {}).items()}

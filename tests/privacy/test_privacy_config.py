@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from mcp_code_mode.config import CodeModeConfig, ConfigError, Settings, parse_document
+from mcp_code_mode.config import CodeModeConfig, Settings, parse_document
 from mcp_code_mode.engine._privacy import build_privacy, secret_values
+from mcp_code_mode.errors import ConfigError
 
 
 def document(servers: dict[str, Any], pii: Any = None) -> str:
