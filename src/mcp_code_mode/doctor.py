@@ -169,7 +169,24 @@ async def _check_servers_and_runners(cm: CodeMode, config: CodeModeConfig) -> li
             )
     for name, runner in cm.runners.items():
         findings.append(await _probe_runner(cm, name, runner.languages, runner.isolation))
+    findings.append(check_privacy(cm))
     return findings
+
+
+def check_privacy(cm: CodeMode) -> Finding:
+    """What reaches the model of the servers' data: secrets always replaced, personal data tokenized for which
+    servers, and where the vault is."""
+    privacy, settings = cm.privacy, cm.settings
+    secrets = f"secrets of {len(privacy.secrets.literals)} configured value(s) and the key formats replaced"
+    if not privacy.active:
+        return Finding("info", "privacy", f"{secrets}; personal data not tokenized (CODE_MODE_PII=off)")
+    servers = ", ".join(sorted(n for n, on in privacy.tokenize.items() if on)) or "none (all off)"
+    vault = "in memory" if settings.pii_vault == "memory" else f"in the cache database (key {privacy.sealer.key_id})"
+    return Finding(
+        "ok",
+        "privacy",
+        f"{secrets}; personal data tokenized for {servers} ({', '.join(privacy.config.kinds())}); vault {vault}",
+    )
 
 
 async def _probe_runner(cm: CodeMode, name: str, languages: tuple[str, ...], isolation: str) -> Finding:

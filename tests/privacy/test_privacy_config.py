@@ -128,3 +128,15 @@ def test_who_tokenizes() -> None:
     assert everywhere.tokenize == {"a": True, "b": False, "c": True}
     none = build_privacy(CodeModeConfig.from_servers({"a": {"command": "x"}}))
     assert not none.active
+
+
+def test_doctor_says_what_is_tokenized() -> None:
+    from mcp_code_mode.doctor import check_privacy
+    from mcp_code_mode.engine import CodeMode
+
+    from ..conftest import make_config
+
+    quiet = check_privacy(CodeMode(make_config({"a": {"command": "x", "env": {"K": "0123456789ab"}}})))
+    assert quiet.status == "info" and "not tokenized" in quiet.detail and "1 configured value" in quiet.detail
+    loud = check_privacy(CodeMode(make_config({"a": {"command": "x", "pii": "tokenize"}})))
+    assert loud.status == "ok" and "tokenized for a" in loud.detail and "vault in memory" in loud.detail
