@@ -38,18 +38,18 @@ import json
 import random
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from common import ROOT, Section, median, ms, parser, run_section, size
+from tests.privacy.labelled import LABELLED, score
 
 from mcp_code_mode.privacy import detect
 from mcp_code_mode.privacy.detect import KINDS, Detectors, Secrets
 
-LABELLED = ROOT / "tests" / "privacy" / "data" / "pii_labelled.jsonl"
 REGIONS = ("US", "GB", "DE", "FR")
 TARGET_MIXED_MS = 1000.0
 TARGET_CLEAN_MS = 300.0
@@ -57,23 +57,6 @@ TARGET_SECRETS_MS = 100.0
 
 
 # ----- detection on the labelled set --------------------------------------------------------------
-
-
-def score(lines: list[str], detectors: Detectors) -> dict[str, tuple[int, int, int]]:
-    """Per kind: (true positives, false positives, false negatives)."""
-    tp: Counter[str] = Counter()
-    fp: Counter[str] = Counter()
-    fn: Counter[str] = Counter()
-    for line in lines:
-        row = json.loads(line)
-        want = Counter((f["kind"], f["value"]) for f in row["found"])
-        got = Counter((f.kind, f.value) for f in detectors.find(row["text"]))
-        for key in want | got:
-            hit = min(want[key], got[key])
-            tp[key[0]] += hit
-            fp[key[0]] += got[key] - hit
-            fn[key[0]] += want[key] - hit
-    return {kind: (tp[kind], fp[kind], fn[kind]) for kind in KINDS}
 
 
 def detection_table(section: Section) -> None:

@@ -7,7 +7,6 @@ import json
 import random
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from phonenumbers import Leniency, PhoneNumberMatcher
@@ -23,7 +22,8 @@ from mcp_code_mode.privacy.detect import (
     luhn_valid,
 )
 
-LABELLED = Path(__file__).parent / "data" / "pii_labelled.jsonl"
+from .labelled import LABELLED, score
+
 REGIONS = ("US", "GB", "DE", "FR")
 """The regions the labelled set's national-format numbers are read in."""
 
@@ -572,24 +572,6 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     "ssn": (0.95, 0.95),
 }
 """(precision, recall) per kind, a little under what was measured (bench/pii_detection.py prints it)."""
-
-
-def score(lines: list[str], detectors: Detectors) -> dict[str, tuple[int, int, int]]:
-    """Per kind: (true positives, false positives, false negatives), a found value matched to a label of the
-    same kind and value in the same line."""
-    tp: Counter[str] = Counter()
-    fp: Counter[str] = Counter()
-    fn: Counter[str] = Counter()
-    for line in lines:
-        row = json.loads(line)
-        want = Counter((f["kind"], f["value"]) for f in row["found"])
-        got = Counter((f.kind, f.value) for f in detectors.find(row["text"]))
-        for key in want | got:
-            hit = min(want[key], got[key])
-            tp[key[0]] += hit
-            fp[key[0]] += got[key] - hit
-            fn[key[0]] += want[key] - hit
-    return {kind: (tp[kind], fp[kind], fn[kind]) for kind in KINDS}
 
 
 def test_labelled_set_is_what_it_claims() -> None:

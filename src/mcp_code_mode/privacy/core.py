@@ -356,19 +356,13 @@ class RunPrivacy:
             self._sensitive((entry.kind, entry.value))
             return entry.value
 
-        def walk(value: Any) -> Any:
-            if isinstance(value, str):
-                if book.active:
-                    value = withhold(value)
-                return TOKEN.sub(substitute, value) if "[" in value else value
-            if isinstance(value, Mapping):
-                return {walk(str(k)): walk(v) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
-            if isinstance(value, list | tuple):
-                return [walk(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
-            return value
+        def rewrite(text: str) -> str:
+            if book.active:
+                text = withhold(text)
+            return TOKEN.sub(substitute, text) if "[" in text else text
 
         with self._lock:
-            out = walk(arguments)
+            out = _map_strings(arguments, rewrite)
         return out, PiiNote(tuple(sorted(restored)), tuple(sorted(withheld)), unknown)
 
     def known_tokens(self, text: str) -> bool:
@@ -430,16 +424,18 @@ def _replace_tokens(value: Any, new: Callable[[str], str | None], only: set[str]
             return token
         return new(token) or token
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            return TOKEN.sub(substitute, item) if "[" in item else item
-        if isinstance(item, Mapping):
-            return {walk(str(k)): walk(v) for k, v in item.items()}  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(item, list | tuple):
-            return [walk(v) for v in item]  # pyright: ignore[reportUnknownVariableType]
-        return item
+    return _map_strings(value, lambda text: TOKEN.sub(substitute, text) if "[" in text else text)
 
-    return walk(value)
+
+def _map_strings(value: Any, rewrite: Callable[[str], str]) -> Any:
+    """A copy of a JSON value with ``rewrite`` applied to every string, keys too."""
+    if isinstance(value, str):
+        return rewrite(value)
+    if isinstance(value, Mapping):
+        return {rewrite(str(k)): _map_strings(v, rewrite) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list | tuple):
+        return [_map_strings(v, rewrite) for v in value]  # pyright: ignore[reportUnknownVariableType]
+    return value
 
 
 PARTIAL_TAIL = 256
