@@ -90,6 +90,9 @@ class ServerConfig(BaseModel):
     """Seconds allowed for start-up and for each tool call; the ``tool_timeout`` setting when unset."""
     startup_timeout: float | None = Field(default=None, gt=0, alias="startupTimeout")
     """Seconds allowed for start-up alone, when it needs longer (or shorter) than ``timeout``."""
+    max_concurrent_calls: int | None = Field(default=None, ge=1, alias="maxConcurrentCalls")
+    """Calls of one run this server answers at once (within ``CODE_MODE_MAX_CONCURRENT_CALLS``); unset: no
+    limit of its own."""
     description: str | None = None
     """One line shown to the model in ``execute_code``'s description."""
     policy: ServerPolicy | None = None
@@ -266,6 +269,11 @@ class Settings(BaseModel):
     """Deno's cache (npm packages, compiled modules) for the JavaScript/TypeScript runner.
     Default: ``deno/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
 
+    tools: Literal["full", "minimal"] = "full"
+    """Which tools the server offers: ``full`` (every tool), ``minimal`` (``execute_code``, ``search_tools`` and
+    ``get_tool_stubs`` only, for clients that want the least in their context)."""
+    monty_pool_size: int = Field(default=1, ge=0)
+    """Warm Monty interpreters (pydantic-monty) kept waiting for the monty runner."""
     pyodide_pool_size: int = Field(default=1, ge=0)
     """Warm Pyodide interpreters kept waiting (each is a Deno process of about 200 MB, used for one run)."""
     pyodide_dir: Path | None = None
@@ -485,6 +493,7 @@ SERVER_FIELDS = (
     "disabled",
     "timeout",
     "startupTimeout",
+    "maxConcurrentCalls",
     "description",
     "policy",
     "pii",
