@@ -6,9 +6,10 @@ or a credential; what it sends (server, tool, arguments) is untrusted and checke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -145,9 +146,30 @@ class ToolDispatcher:
     person's approval holds no slot, so the calls sent together are asked about together."""
     privacy: CallPrivacy | None = None
     """Restores tokens in arguments before the gate and the call; notes what results carry."""
+    server_concurrency: Mapping[str, int] | None = None
+    """Calls of this run made to one server at once, by server name; None: each server's
+    ``maxConcurrentCalls`` in the servers file (the pool's configs). A server without a limit has only
+    the run's (``concurrency``)."""
 
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
+        self._server_slots: dict[str, anyio.CapacityLimiter | None] = {}
+
+    def _server_limiter(self, server: str) -> anyio.CapacityLimiter | None:
+        """The run's limiter of calls to ``server`` (made on its first call), or None when it has no limit."""
+        try:
+            return self._server_slots[server]
+        except KeyError:
+            pass
+        limit: int | None
+        if self.server_concurrency is not None:
+            limit = self.server_concurrency.get(server)
+        else:
+            entry = self.pool.servers.get(server)
+            limit = getattr(getattr(entry, "config", None), "max_concurrent_calls", None)
+        limiter = anyio.CapacityLimiter(limit) if isinstance(limit, int) and 0 < limit < self.concurrency else None
+        self._server_slots[server] = limiter
+        return limiter
 
     @property
     def reached(self) -> list[ToolCallRecord]:
@@ -195,7 +217,9 @@ class ToolDispatcher:
                 record.ok = True
                 return {"value": admission.value}
             record.called = True
-            async with self._slots:
+            limiter = self._server_limiter(real_server)
+            # The server's limit first: calls waiting for a busy server hold none of the run's slots.
+            async with limiter if limiter is not None else contextlib.nullcontext(), self._slots:
                 result = await self.pool.call_tool(real_server, real_tool, arguments)
             if result.is_error:
                 record.error = error_text(result)

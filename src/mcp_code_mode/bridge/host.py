@@ -2,11 +2,15 @@
 
 Every runner hands its run channel to ``serve_run``. It reads only what a run may say (see
 ``messages``): tool calls are answered through the dispatcher, up to ``max_calls`` of them being handled
-at once (each answer goes to its caller by id, as soon as it is ready; the dispatcher bounds how many
-reach servers at once), output is kept up to the cap and
-passed on, and the first valid ``done`` ends the run; nothing is read after it, and calls still being
-answered are abandoned. Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never
-raises for what the run sent.
+at once (the loop reads no further call while that many are in hand; each answer goes to its caller by
+id, as soon as it is ready; the dispatcher bounds how many reach servers at once, per run and per
+server). A call marked ``wait`` (its worker sends nothing more until it is answered: a plain, blocking
+stub call) is answered inline, without a task of its own; the mark is only a hint about scheduling. Each
+call's id must be greater than the previous call's (so no two calls in hand share one); anything else is a
+protocol error. Output is kept up to the cap and passed on, and the first valid ``done`` ends the run;
+nothing is read after it, and calls still being answered finish within the run's time (their answers are
+not sent). Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never raises for
+what the run sent.
 
 The run's timeout is a ``RunClock``, which stands still while the run waits for a person (an approval).
 """
@@ -114,9 +118,11 @@ async def serve_run(
     sending = anyio.Lock()
     closed = anyio.Event()
 
-    async def answer(message: Call) -> None:
-        async with slots:
+    async def answer(message: Call) -> None:  # with a slot already taken for it
+        try:
             reply = await dispatcher.handle(message.server, message.tool, message.arguments, message.line)
+        finally:
+            slots.release_on_behalf_of(message.id)
         async with sending:
             try:
                 await channel.send({"op": "result", "id": message.id, **reply})
@@ -124,6 +130,7 @@ async def serve_run(
                 closed.set()
 
     one_at_a_time = max_calls <= 1  # a worker that waits for each answer: no task per call (a fast path)
+    last_id: int | None = None
 
     with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
         if clock is not None:
@@ -150,16 +157,23 @@ async def serve_run(
                         if data and on_output is not None:
                             await on_output(data)
                     elif isinstance(message, Call):
-                        if one_at_a_time:
+                        if last_id is not None and message.id <= last_id:
+                            raise ProtocolError(
+                                f"the run sent a 'call' whose id {message.id} is not greater than the last ({last_id})"
+                            )
+                        last_id = message.id
+                        if one_at_a_time or message.wait:
                             reply = await dispatcher.handle(
                                 message.server, message.tool, message.arguments, message.line
                             )
                             try:
-                                await channel.send({"op": "result", "id": message.id, **reply})
+                                async with sending:
+                                    await channel.send({"op": "result", "id": message.id, **reply})
                             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                                 closed.set()
                                 break
                         else:
+                            await slots.acquire_on_behalf_of(message.id)  # at most max_calls in hand
                             calls.start_soon(answer, message)
                     else:
                         ended = "done"

@@ -13,7 +13,8 @@ Two channels connect the host and a worker:
 
 worker → host (run channel)::
 
-    {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}
+    {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}   ids increase; "wait": true
+                                                   when the worker blocks until this answer
     {"op": "output", "data": "..."}
     {"op": "done", "success": true, "returnValue": ..., "error": null, "files": [...], "dropped": 0}
 
@@ -49,6 +50,10 @@ class Call:
     arguments: Any
     line: int | None = None
     """The script's line that made the call, as the sandbox says (shown in plans and questions only)."""
+    wait: bool = False
+    """The worker says it sends nothing more until this call is answered (a blocking stub call): the host
+    may answer it inline. A hint about scheduling only; a worker that sends more anyway is just served
+    in turn."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,8 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
         assert server is not None and tool is not None
         line = message.get("line")
         valid = isinstance(line, int) and not isinstance(line, bool) and 0 < line < 10_000_000
-        return Call(ident, server, tool, arguments, line if valid else None)  # a bad line is ignored
+        wait = message.get("wait") is True
+        return Call(ident, server, tool, arguments, line if valid else None, wait)  # a bad line is ignored
     if op == "output":
         data = message.get("data")
         if not isinstance(data, str):

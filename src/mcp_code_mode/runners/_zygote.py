@@ -25,7 +25,7 @@ class ZygoteDialect:
 
     reuse_workers = True
     spawn_delay = 0.0
-    concurrent_calls = False  # a Python stub waits for its answer
+    concurrent_calls = True  # parallel(...) and asyncio.gather send calls without waiting for each answer
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox

@@ -283,7 +283,7 @@ class PyodideDialect:
     reuse_workers = False
     spawn_delay = 0.05
     """The replacement of a used interpreter starts after its run's answer has gone out."""
-    concurrent_calls = False  # Pyodide's stubs are synchronous
+    concurrent_calls = True  # parallel(...) and asyncio.gather send calls before waiting for their answers
 
     def __init__(self, profile: Profile, max_memory_mb: int, index_grant: NetworkGrant | None = None) -> None:
         self._profile = profile

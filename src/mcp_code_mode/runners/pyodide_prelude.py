@@ -7,8 +7,11 @@ holds no JavaScript references), called as ``bridge(op, ...)`` with strings only
 
 - ``"output", text``: printed text (the worker caps it and sends ``output`` messages);
 - ``"flush"``: send the pending output now;
-- ``"call", server, tool, arguments_json``: the host's ``result`` line (the worker blocks on stdin
-  until it is there);
+- ``"send", server, tool, arguments_json, line, wait``: the call is sent at once; its id (a string of
+  digits), or a ``result`` line refusing it;
+- ``"receive"``: the host's next ``result`` line, whatever its id (the worker blocks on stdin until it is
+  there; ``ToolCalls`` of ``cm_runtime`` hands each answer to its caller), or nothing when no call sent
+  is unanswered;
 - ``"next"`` / ``"echo", text``: before the run only, a Promise of the next host message / of ``text``.
 
 What a script sees and how its run is reported (``ToolError``, ``final_answer``, the caps of output and
@@ -19,7 +22,10 @@ When a stub call is awaitable (``cm_runtime.AwaitableCalls``): inside ``async de
 comprehensions and generator expressions), a stub call returns an awaitable; in top-level code it does
 when the call is written inside an ``await`` expression (``await fs.read_text_file(path=p)``,
 ``await asyncio.gather(*[fs.read_text_file(path=p) for p in paths])``); everywhere else (other
-top-level statements, a plain ``def``, a ``lambda``) it returns the result. The calls run one at a time.
+top-level statements, a plain ``def``, a ``lambda``) it returns the result. An awaited call is sent when
+its coroutine first runs, so the calls of an ``asyncio.gather`` are in flight together; a pump on the
+event loop reads their answers (blocking the loop while it waits, as any call does here). ``parallel``
+sends the calls of its functions before it waits for any answer.
 
 Printed output is kept up to the run's cap and sent at once when a line ends more than
 ``FLUSH_SECONDS`` after the last send; text still pending is sent before a tool call, before
@@ -51,6 +57,7 @@ from cm_runtime import (
     AwaitableCalls,
     FinalAnswer,
     OutputBuffer,
+    ToolCalls,
     ToolError,
     final_answer,
     jsonable,
@@ -89,15 +96,32 @@ class NotCapable(ImportError):
     """A path to JavaScript: ``import js``, ``pyodide_js``, ``pyodide.ffi``, ``pyodide.code``, ..."""
 
 
-def _request(server: str, tool: str, payload: str, line: int | None = None) -> Any:
+def _send(server: str, tool: str, payload: str, line: int | None, wait: bool) -> int:
     if _output is not None:
         _output.flush()
-    return tool_result(_loads(_bridge("call", str(server), str(tool), payload, line or 0)))
+    answer = _bridge("send", str(server), str(tool), payload, line or 0, bool(wait))
+    if isinstance(answer, str) and answer.isdigit():
+        return int(answer)
+    tool_result(_loads(answer) if isinstance(answer, str) else None)  # the worker's refusal, raised
+    raise ToolError("the worker did not send the tool call")
 
 
-async def _call_async(server: str, tool: str, payload: str, line: int | None) -> Any:
-    # The host answers a run's calls one at a time, in order, so the awaited call is the same call.
-    return _request(server, tool, payload, line)
+def _receive() -> tuple[Any, Any]:
+    line = _bridge("receive")
+    if not isinstance(line, str):
+        raise ToolError("no tool call is waiting for an answer")
+    message = _loads(line)
+    return (message.get("id") if isinstance(message, dict) else None), message
+
+
+_calls = ToolCalls(_send, _receive)
+"""The run's tool calls, matched to the host's answers (a worker serves one run: one of these)."""
+
+
+def parallel(functions: Any) -> list[Any]:
+    """Call each function (each makes one tool call) with every call in flight at once; the results
+    in order, or the first failed call's ToolError once all are answered."""
+    return _calls.parallel(functions)
 
 
 def _script_line(frame: types.FrameType | None) -> int | None:
@@ -112,9 +136,7 @@ def _script_line(frame: types.FrameType | None) -> int | None:
 def _dispatch(server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
     payload = tool_arguments(server, tool, arguments)
     line = _script_line(caller)
-    if _awaitable is not None and _awaitable.wanted(caller):
-        return _call_async(server, tool, payload, line)
-    return _request(server, tool, payload, line)
+    return _calls.dispatch(server, tool, payload, line, _awaitable is not None and _awaitable.wanted(caller))
 
 
 def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:
@@ -331,6 +353,7 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
         "ToolError": ToolError,
         "call_tool": call_tool,
         "final_answer": final_answer,
+        "parallel": parallel,
     }
     for name in _loads(namespaces_json):
         if name in _stubs:

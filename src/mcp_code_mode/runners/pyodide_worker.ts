@@ -76,7 +76,7 @@ const tools = new ToolChannel(writer, reader, output);
 // string, `undefined`, or, before the run only, a Promise of the next host message. It has no prototype,
 // so its JsProxy leads nowhere.
 
-type Bridge = (op: unknown, a?: unknown, b?: unknown, c?: unknown, d?: unknown) => unknown;
+type Bridge = (op: unknown, a?: unknown, b?: unknown, c?: unknown, d?: unknown, e?: unknown) => unknown;
 
 const bridgeState: {
   running: boolean;
@@ -89,7 +89,7 @@ function refusal(message: string): string {
   return jsonStringify({ op: "result", error: { type: "NotCapable", message } });
 }
 
-function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown): unknown {
+function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown, e?: unknown): unknown {
   if (op === "output") {
     if (typeof a === "string") output.write(a);
     return undefined;
@@ -98,7 +98,12 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
     output.flush();
     return undefined;
   }
-  if (op === "call") {
+  if (op === "receive") {
+    // The next answer to a call `send` made (any id: the prelude gives each to its caller), or undefined
+    // when none is unanswered.
+    return tools.receiveSync() ?? undefined;
+  }
+  if (op === "call" || op === "send") {
     if (typeof a !== "string" || typeof b !== "string" || typeof c !== "string") {
       return refusal("a tool call takes a server, a tool and JSON arguments, as strings");
     }
@@ -112,6 +117,7 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
     }
     if (!isJsonObject(args)) return refusal("the arguments of a tool call must be a JSON object");
     const line = typeof d === "number" && Number.isInteger(d) && d > 0 ? d : undefined; // the script's line
+    if (op === "send") return String(tools.send(a, b, args, line, e === true)); // its id; answered by "receive"
     return tools.requestSync(a, b, args, line);
   }
   if (bridgeState.running) return undefined; // the waits below are the worker's, before the run
@@ -120,9 +126,9 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
   return undefined;
 }
 
-const bridge: Bridge = Object.setPrototypeOf((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown) => {
+const bridge: Bridge = Object.setPrototypeOf((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) => {
   try {
-    return bridgeCall(op, a, b, c, d);
+    return bridgeCall(op, a, b, c, d, e);
   } catch {
     return undefined;
   }

@@ -217,6 +217,7 @@ export class ToolChannel {
   private nextId = 0;
   private readonly waiting = new Map<number, (line: string) => void>();
   private reading = false;
+  private unanswered = 0;
 
   constructor(private readonly writer: MessageWriter, private readonly reader: LineReader, private readonly output: Output) {}
 
@@ -250,6 +251,33 @@ export class ToolChannel {
       }
     } finally {
       this.reading = false;
+    }
+  }
+
+  /** Send a call now and return its id without waiting (Pyodide's prelude, which matches answers to
+   * its callers itself: a blocking stub call says `wait`, a `parallel` or awaited one does not). */
+  send(server: string, tool: string, args: { [key: string]: Json }, line?: number, wait = false): number {
+    this.output.flush();
+    const id = ++this.nextId;
+    const at = line ? `,"line":${line}` : "";
+    const hint = wait ? `,"wait":true` : "";
+    this.writer.line(
+      `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}${at}${hint}}`,
+    );
+    this.unanswered++;
+    return id;
+  }
+
+  /** Block until the host's next `result` line (unparsed, any id); null when every call sent with `send`
+   * is answered already (nothing would come). */
+  receiveSync(): string | null {
+    if (this.unanswered <= 0) return null;
+    for (;;) {
+      const line = this.reader.nextSync();
+      if (resultId(line) !== null) {
+        this.unanswered--;
+        return line;
+      }
     }
   }
 

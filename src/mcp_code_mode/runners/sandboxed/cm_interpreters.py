@@ -6,8 +6,11 @@ smolagents' interpreter for ``local``.
 Under ``cpython`` a stub call (and ``call_tool``) is awaitable by the rule the pyodide runner follows
 (``cm_runtime.AwaitableCalls``): inside ``async def`` (its comprehensions included) and, in top-level
 code, when the call is written inside an ``await`` expression, it returns an awaitable; elsewhere it
-returns the result. The awaitable makes the call when it is awaited, one call at a time, so
-``asyncio.gather`` gives the results in order. Under ``local`` a call always returns its result.
+returns the result. The awaitable sends the call when it first runs and waits for its answer on the event
+loop, so the calls of an ``asyncio.gather`` are in flight together (the results in the order of its
+arguments). Under ``local`` a call always returns its result. Under both, ``parallel(functions)`` calls
+each function (each makes one tool call), sends every call before it waits for any answer, and returns
+the results in order (``cm_runtime.ToolCalls.parallel``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,20 @@ import sys
 import traceback
 import types
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from cm_constructs import refusal, unsupported
 from cm_guard import harden_interpreter, run_imports
-from cm_protocol import AwaitableCalls, FinalAnswer, Output, ToolError, error_info, syntax_error, tool_arguments
+from cm_protocol import (
+    AwaitableCalls,
+    FinalAnswer,
+    Output,
+    ToolCalls,
+    ToolError,
+    error_info,
+    syntax_error,
+    tool_arguments,
+)
 
 SCRIPT_FILENAME = "<script>"
 
@@ -32,18 +43,12 @@ _awaitable: AwaitableCalls | None = None
 """The running cpython script's rule for awaitable calls (set by ``run_cpython``; none under ``local``)."""
 
 
-def dispatch(call: Callable[..., Any], server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
-    """A tool call written in the frame ``caller``: ``call(server, tool, arguments, line)`` now, or an awaitable
-    that makes it when awaited (by the script's rule). Arguments that are not JSON fail where the call is written."""
+def dispatch(calls: ToolCalls, server: str, tool: str, arguments: Any, caller: types.FrameType | None) -> Any:
+    """A tool call written in the frame ``caller``: made now, sent for ``parallel``, or an awaitable that
+    sends it when awaited (by the script's rule). Arguments that are not JSON fail where the call is written."""
+    payload = tool_arguments(server, tool, arguments)
     line = script_line(caller)
-    if _awaitable is not None and _awaitable.wanted(caller):
-        tool_arguments(server, tool, arguments)
-        return _call_when_awaited(call, server, tool, arguments, line)
-    return call(server, tool, arguments, line)
-
-
-async def _call_when_awaited(call: Callable[..., Any], server: str, tool: str, arguments: Any, line: int | None) -> Any:
-    return call(server, tool, arguments, line)
+    return calls.dispatch(server, tool, payload, line, _awaitable is not None and _awaitable.wanted(caller))
 
 
 _current_line: list[int | None] = [None]

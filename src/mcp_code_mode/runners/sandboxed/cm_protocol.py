@@ -21,13 +21,15 @@ from cm_runtime import (
     AwaitableCalls,
     FinalAnswer,
     OutputBuffer,
+    ToolCalls,
     ToolError,
     error_info,
     jsonable,
     syntax_error,
     tool_arguments,
-    tool_result,
 )
+
+_dumps = json.dumps
 
 __all__ = [
     "CHUNK_CHARS",
@@ -36,6 +38,7 @@ __all__ = [
     "Channel",
     "FinalAnswer",
     "Output",
+    "ToolCalls",
     "ToolError",
     "error_info",
     "jsonable",
@@ -53,6 +56,8 @@ class Channel:
         self._next_id = 0
         self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
+        self.tools = ToolCalls(self.send_call, self.receive_result)
+        """The run's tool calls, matched to the host's answers (blocking, ``parallel``, awaited)."""
 
     @classmethod
     def from_stdio(cls) -> Channel:
@@ -93,16 +98,30 @@ class Channel:
     def receive(self) -> dict[str, Any]:
         return json.loads(self.receive_line())
 
-    def call(self, server: str, tool: str, arguments: Any, line: int | None = None) -> Any:
+    def send_call(self, server: str, tool: str, payload: str, line: int | None, wait: bool) -> int:
+        """Send one ``call`` (its arguments already JSON text, ``payload``) after the pending output; its id."""
         if self.output is not None:
             self.output.flush()
-        tool_arguments(server, tool, arguments)
         self._next_id += 1
-        message = {"op": "call", "id": self._next_id, "server": server, "tool": tool, "arguments": arguments}
-        if line is not None:
-            message["line"] = line
-        self.send(message)
-        return tool_result(self.receive())
+        at = f',"line":{line}' if line is not None else ""
+        hint = ',"wait":true' if wait else ""
+        data = (
+            f'{{"op":"call","id":{self._next_id},"server":{_dumps(server)},"tool":{_dumps(tool)},'
+            f'"arguments":{payload}{at}{hint}}}\n'
+        ).encode()
+        with self._send_lock:
+            self._out.write(data)
+            self._out.flush()
+        return self._next_id
+
+    def receive_result(self) -> tuple[Any, Any]:
+        """The host's next answer: its id and the message."""
+        message = self.receive()
+        return message.get("id"), message
+
+    def call(self, server: str, tool: str, arguments: Any, line: int | None = None) -> Any:
+        """One blocking call (``tools.call``), its arguments checked first."""
+        return self.tools.call(server, tool, tool_arguments(server, tool, arguments), line)
 
 
 class Output(io.TextIOBase):

@@ -86,6 +86,180 @@ def tool_result(reply: Any) -> Any:
     return reply.get("value")
 
 
+PARALLEL_USAGE = (
+    "parallel() takes functions that each make one tool call, e.g. "
+    "parallel(lambda: fs.read_text_file(path=p) for p in paths)"
+)
+
+
+class Pending:
+    """A tool call sent by ``parallel`` whose answer has not been read: it stands for the call's result
+    only inside ``parallel``; anything else done with it is an error that says so."""
+
+    __slots__ = ("_calls", "_ident")
+
+    def __init__(self, calls: ToolCalls, ident: int) -> None:
+        self._calls = calls
+        self._ident = ident
+
+    def result(self) -> Any:
+        """Wait for the call's answer: its value, or its ``ToolError`` raised."""
+        return tool_result(self._calls.wait(self._ident))
+
+    def _misused(self, *_: Any) -> Any:
+        raise TypeError(
+            "inside parallel(...), each function must return its tool call's result unchanged; "
+            "work on the results parallel returns"
+        )
+
+    __getitem__ = __iter__ = __len__ = __contains__ = __bool__ = __add__ = _misused
+
+    def __getattr__(self, name: str) -> Any:
+        self._misused()
+
+    def __repr__(self) -> str:
+        return "<tool call in flight>"
+
+
+class ToolCalls:
+    """A run's tool calls, each matched to the host's answer by its id; the one transport-free part of it.
+
+    A runner gives it ``send`` (write one call message, the arguments already JSON text; its id back) and
+    ``receive`` (block until the host's next ``result`` message: its id and the message). A call is made
+    one of three ways:
+
+    - ``call``: blocking, the answer read before it returns (the host may answer it inline: ``wait``);
+    - ``start``: sent now, its ``Pending`` answered later (``parallel``, which sends every call of its
+      functions before it waits for the first answer: the host answers them concurrently);
+    - ``acall``: a coroutine that sends when it first runs and awaits its answer on the running event
+      loop (``asyncio.gather`` of stub calls): a pump scheduled on the loop reads answers while calls are
+      awaited, one per turn of the loop, and gives each to its future.
+
+    Whoever reads an answer hands it to its caller: a blocking caller's answer waits in ``_answers``
+    until it takes it, an awaited one resolves its future. Answers for calls no one waits for any more
+    (a cancelled task's) are dropped.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[str, str, str, int | None, bool], int],
+        receive: Callable[[], tuple[Any, Any]],
+    ) -> None:
+        self._send = send
+        self._receive = receive
+        self._answers: dict[int, Any] = {}
+        self._expected: set[int] = set()
+        self._futures: dict[int, Any] = {}
+        self._pumping: Any = None  # the event loop a pump is scheduled on
+        self.collecting = 0
+        """Depth of ``parallel`` calls whose functions are being called: their tool calls are ``start``ed."""
+
+    def call(self, server: str, tool: str, payload: str, line: int | None = None) -> Any:
+        """Make the call and return its value (``ToolError`` raised)."""
+        ident = self._send(server, tool, payload, line, True)  # nothing else is sent until it is answered
+        self._expected.add(ident)
+        return tool_result(self.wait(ident))
+
+    def start(self, server: str, tool: str, payload: str, line: int | None = None) -> Pending:
+        ident = self._send(server, tool, payload, line, False)
+        self._expected.add(ident)
+        return Pending(self, ident)
+
+    def wait(self, ident: int) -> Any:
+        """The host's answer to call ``ident`` (a blocking caller's), reading answers until it is there."""
+        while ident not in self._answers:
+            self._read_one()
+        self._expected.discard(ident)
+        return self._answers.pop(ident)
+
+    def _read_one(self) -> None:
+        ident, reply = self._receive()
+        future = self._futures.pop(ident, None) if isinstance(ident, int) else None
+        if future is not None:
+            if not future.done():
+                future.set_result(reply)
+        elif ident in self._expected:
+            self._answers[ident] = reply
+
+    async def acall(self, server: str, tool: str, payload: str, line: int | None = None) -> Any:
+        """The call, awaited on the running event loop: other tasks' calls are in flight meanwhile."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        ident = self._send(server, tool, payload, line, False)
+        future = loop.create_future()
+        self._futures[ident] = future
+        if self._pumping is not loop:
+            self._pumping = loop
+            loop.call_soon(self._pump, loop)
+        try:
+            reply = await future
+        finally:
+            self._futures.pop(ident, None)
+        return tool_result(reply)
+
+    def _pump(self, loop: Any) -> None:
+        """One answer read for the awaited calls, then again on the loop's next turn while any is awaited.
+
+        It runs after the tasks that were ready (so calls made together are all sent before it blocks),
+        and a task its answer wakes runs before it reads again."""
+        if not self._futures or self._pumping is not loop:
+            if self._pumping is loop:
+                self._pumping = None
+            return
+        try:
+            self._read_one()
+        except BaseException as exc:  # the channel broke: every awaited call fails with it
+            self._pumping = None
+            futures, self._futures = list(self._futures.values()), {}
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else ToolError(str(exc)))
+            return
+        loop.call_soon(self._pump, loop)
+
+    def parallel(self, functions: Any) -> list[Any]:
+        """Call each function (each makes one tool call), every call sent before any answer is awaited;
+        the results in the order of ``functions``. Once all are answered, the first failed call (in that
+        order) raises its ``ToolError``."""
+        if callable(functions) or isinstance(functions, str | bytes | dict):
+            raise TypeError(PARALLEL_USAGE)
+        try:
+            iterator = iter(functions)
+        except TypeError:
+            raise TypeError(PARALLEL_USAGE) from None
+        started: list[Any] = []
+        self.collecting += 1
+        try:
+            for function in iterator:  # called as it comes: a generator's lambda sees its own loop variable
+                if not callable(function):
+                    raise TypeError(f"{PARALLEL_USAGE}; got {type(function).__name__}")
+                started.append(function())
+        finally:
+            self.collecting -= 1
+        results: list[Any] = []
+        failed: ToolError | None = None
+        for item in started:
+            if isinstance(item, Pending):
+                try:
+                    item = item.result()
+                except ToolError as exc:
+                    failed = failed or exc
+                    item = None
+            results.append(item)
+        if failed is not None:
+            raise failed
+        return results
+
+    def dispatch(self, server: str, tool: str, payload: str, line: int | None, awaitable: bool) -> Any:
+        """A stub call: ``start``ed inside ``parallel``, awaitable where the script's rule says so, else made."""
+        if self.collecting:
+            return self.start(server, tool, payload, line)
+        if awaitable:
+            return self.acall(server, tool, payload, line)
+        return self.call(server, tool, payload, line)
+
+
 def jsonable(value: Any, cap: int) -> tuple[Any, bool]:
     """The return value as JSON (else its repr), and whether it had to be cut.
 

@@ -134,10 +134,16 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call any tool by its server and tool names."""
-        return dispatch(run.call, server, tool, {} if arguments is None else arguments, sys._getframe(1))
+        return dispatch(run.tools, server, tool, {} if arguments is None else arguments, sys._getframe(1))
+
+    def parallel(functions: Any) -> list[Any]:
+        """Call each function (each makes one tool call) with every call in flight at once; the results
+        in order, or the first failed call's ToolError once all are answered."""
+        return run.tools.parallel(functions)
 
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
+    tools["parallel"] = parallel
     if kind == "cpython":
         result = run_cpython(message["code"], tools, output)
     else:
@@ -209,7 +215,7 @@ def main() -> None:
     def _call(server: str, tool: str, required: dict[str, Any], optional: dict[str, Any]) -> Any:
         arguments = dict(required)
         arguments.update({k: v for k, v in optional.items() if v is not None})
-        return dispatch(current["run"].call, server, tool, arguments, sys._getframe(2))  # the stub's caller
+        return dispatch(current["run"].tools, server, tool, arguments, sys._getframe(2))  # the stub's caller
 
     def compile_stubs(source: str, version: int) -> None:
         nonlocal stub_namespace, stub_version
