@@ -74,3 +74,51 @@ async def test_an_unknown_server_lists_the_configured_ones() -> None:
     dispatcher, _ = _dispatcher(_server("ghost", "failed", "boom"))
     answer = await dispatcher.handle("nobody", "x", {})
     assert answer["error"]["message"] == "unknown server 'nobody' (configured: ghost)"
+
+
+@dataclass
+class CountingPool:
+    """A pool whose every call waits a moment, counting how many are in flight per server."""
+
+    servers: dict[str, DownstreamServer]
+    now: dict[str, int] = field(default_factory=dict[str, int])
+    most: dict[str, int] = field(default_factory=dict[str, int])
+
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+        import anyio
+        import mcp_types as types
+
+        self.now[server] = self.now.get(server, 0) + 1
+        self.most[server] = max(self.most.get(server, 0), self.now[server])
+        await anyio.sleep(0.05)
+        self.now[server] -= 1
+        return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+
+
+async def test_a_servers_max_concurrent_calls_bounds_its_calls_in_a_run_and_not_the_others() -> None:
+    import anyio
+
+    from mcp_code_mode.downstream.tools import ToolInfo
+
+    narrow = ServerConfig.model_validate(
+        {"name": "narrow", "transport": "stdio", "command": "x", "maxConcurrentCalls": 2}
+    )
+    wide = ServerConfig(name="wide", transport="stdio", command="x")
+    servers = {c.name: DownstreamServer(config=c, state="ready") for c in (narrow, wide)}
+    schema = {"type": "object", "properties": {}}
+    tools = [ToolInfo(name, "t", "a tool", schema, None) for name in servers]
+    index = StubIndex.build([(name, None) for name in servers], tools)
+    pool = CountingPool(servers)
+    dispatcher = ToolDispatcher(cast(ToolPool, pool), index, max_calls=100, concurrency=6)
+    async with anyio.create_task_group() as group:
+        for _ in range(8):
+            group.start_soon(dispatcher.handle, "narrow", "t", {})
+            group.start_soon(dispatcher.handle, "wide", "t", {})
+    assert pool.most == {"narrow": 2, "wide": 6}  # the narrow server's waiting calls hold none of the run's slots
+    given = ToolDispatcher(cast(ToolPool, pool), index, max_calls=100, concurrency=6, server_concurrency={"wide": 3})
+    pool.most.clear()
+    async with anyio.create_task_group() as group:
+        for _ in range(8):
+            group.start_soon(given.handle, "narrow", "t", {})
+            group.start_soon(given.handle, "wide", "t", {})
+    assert pool.most == {"narrow": 6, "wide": 3}  # a mapping given to the dispatcher replaces the configs'

@@ -240,3 +240,57 @@ async def test_a_calls_line_is_passed_on_and_a_bad_one_ignored() -> None:
     sent += [{**call, "id": 4, "line": -3}, {**call, "id": 5}, DONE]
     hosted = await serve_run(FakeWorker(sent), Lines(), timeout=5, max_output=1000, max_calls=1)
     assert hosted.ended == "done" and lines == [12, None, None, None, None]
+
+
+@pytest.mark.parametrize("ids", [[1, 1], [3, 2], [5, 9, 9]])
+async def test_a_call_whose_id_is_not_greater_than_the_last_ends_the_run(ids: list[int]) -> None:
+    sent = [{"op": "call", "id": i, "server": "fx", "tool": "add", "arguments": {"a": i}} for i in ids]
+    hosted = await serve_run(FakeWorker([*sent, DONE]), Slow(0.01), timeout=5, max_output=1000)
+    assert hosted.ended == "refused"
+    assert hosted.outcome.error is not None and hosted.outcome.error.type == "ProtocolError"
+    assert "not greater than the last" in hosted.outcome.error.message
+
+
+async def test_a_call_marked_wait_is_answered_inline_and_the_rest_concurrently() -> None:
+    slow = Slow(0.1)
+    waited: list[bytes | dict[str, Any]] = [
+        {"op": "call", "id": i, "server": "fx", "tool": "slow", "arguments": {"n": i}, "wait": True} for i in (1, 2, 3)
+    ]
+    worker = FakeWorker([*waited, DONE])
+    hosted = await serve_run(worker, slow, timeout=10, max_output=1000)
+    assert hosted.ended == "done"
+    assert slow.most == 1  # each answered before the next was read
+    assert [m["id"] for m in worker.sent] == [1, 2, 3]
+    together = Slow(0.1)
+    await serve_run(FakeWorker([*calls(5), DONE]), together, timeout=10, max_output=1000)
+    assert together.most == 5
+
+
+async def test_no_call_is_read_while_max_calls_are_in_hand() -> None:
+    class Counted(Slow):
+        finished = 0
+
+        async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]:
+            try:
+                return await super().handle(server, tool, arguments, line)
+            finally:
+                self.finished += 1
+
+    class Reads(FakeWorker):
+        def __init__(self, lines: list[bytes | dict[str, Any]], slow: Counted) -> None:
+            super().__init__(lines)
+            self.slow = slow
+            self.read = 0
+            self.in_hand_at_read: list[int] = []
+
+        async def receive(self) -> dict[str, Any] | None:
+            self.in_hand_at_read.append(self.read - self.slow.finished)  # calls read and not yet answered
+            self.read += 1
+            return await super().receive()
+
+    slow = Counted(0.05)
+    worker = Reads([*calls(9), DONE], slow)
+    hosted = await serve_run(worker, slow, timeout=10, max_output=1000, max_calls=3)
+    assert hosted.ended == "done"
+    assert max(worker.in_hand_at_read) == 3 and slow.most == 3
+    assert sorted(m["id"] for m in worker.sent) == list(range(1, 10))
