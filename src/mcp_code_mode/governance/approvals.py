@@ -1,10 +1,10 @@
 """Asking the person about a run's gated (``ask``) calls while the run waits.
 
 A run is a live process: a gated call simply waits for the answer, and so do calls made together with
-it (``Promise.all``): the ``Approver`` collects the calls that arrive within ``window`` of each other and
-asks about all of them in one elicitation (form mode) with three choices, *allow once* (these calls),
-*allow for this run* (these tools, for the rest of the run) and *deny*. While a question is open the
-run's clock stands still (``RunClock.stopped``); the question has its own timeout
+it (``Promise.all``): the ``Approver`` collects the calls that arrive within ``window`` of each other (for
+at most ``MAX_GATHER``) and asks about all of them in one elicitation (form mode) with three choices,
+*allow once* (these calls), *allow for this run* (these tools, for the rest of the run) and *deny*. While
+a question is open the run's clock stands still (``RunClock.stopped``); the question has its own timeout
 (``CODE_MODE_APPROVAL_TIMEOUT``), after which the calls are denied. The server layer supplies
 ``elicit`` (``ctx.elicit`` of the MCP tool call that started the run); a client without elicitation
 gets no ``Approver``, and the dispatcher refuses gated calls saying how to get them approved.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import unicodedata
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
@@ -109,6 +110,10 @@ def question(calls: list[Gated], description: str | None) -> str:
     return "\n".join(lines)
 
 
+MAX_GATHER = 0.5
+"""Seconds an approval question waits, at most, for more calls to join it while they keep arriving."""
+
+
 class Approver:
     """Asks about one run's gated calls (see the module docstring); ``running()`` while the run lasts."""
 
@@ -170,7 +175,12 @@ class Approver:
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
-            await anyio.sleep(self.window)  # calls sent at the same moment join this question
+            # Calls sent together join this question: wait until none has arrived for ``window`` (a busy host
+            # may take longer than that to read fifty calls sent at once), at most ``MAX_GATHER`` in all.
+            started, seen = time.monotonic(), -1
+            while len(self._queue) != seen and time.monotonic() - started < MAX_GATHER:
+                seen = len(self._queue)
+                await anyio.sleep(self.window)
             batch, self._queue = self._queue, []
             pending: list[_Waiting] = []
             for waiting in batch:
