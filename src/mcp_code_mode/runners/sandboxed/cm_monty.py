@@ -50,6 +50,23 @@ ADVICE = "write it without that construct, or use runner='cpython'"
 CHECK_PREFIX = "if False:\n"
 """A script checked without running: parsed (every refusal of Monty's parser is raised) as dead code."""
 REFUSAL_PREFIX = "The monty syntax parser does not yet support "
+PRELUDE = f"""\
+ToolError = {TOOL_ERROR}
+def parallel(functions):
+    _cm_collect(True)
+    try:
+        started = [function() for function in functions]
+    finally:
+        _cm_collect(False)
+    return _cm_gather(started)
+"""
+"""Fed before the script, in its session: ``ToolError``, and ``parallel`` (its calls are sent before any is awaited)."""
+PENDING = "parallel_call"
+"""The type name a call made inside ``parallel`` returns until ``parallel`` collects it."""
+PARALLEL_MISUSE = (
+    "inside parallel(...), each function must return its tool call's result unchanged; work on the results parallel "
+    "returns"
+)
 MAX_SUSPENSIONS = 1_000_000
 """Tool calls, sleeps and other host round trips of one run (Monty's default is 1000)."""
 
@@ -120,6 +137,41 @@ def _span(node: Any, offset: Any) -> tuple[int, int]:
     return offset(node.lineno, node.col_offset), offset(end_line, end_col)
 
 
+def bind_loop_variables(code: str) -> str:
+    """``parallel(lambda: ... for i in ...)`` with each lambda given its own ``i`` (``lambda i=i: ...``).
+
+    Monty makes a generator expression's items all at once, so the lambdas would all see the loop's last value,
+    where CPython calls each as it comes. Inserted on the lambda's own line: no line number changes."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    inserts: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "parallel"):
+            continue
+        if len(node.args) != 1 or not isinstance(generator := node.args[0], ast.GeneratorExp):
+            continue
+        function = generator.elt
+        if not isinstance(function, ast.Lambda) or function.args.args or function.args.kwonlyargs:
+            continue
+        if function.args.vararg or function.args.kwarg or function.args.posonlyargs:
+            continue
+        names = list(
+            dict.fromkeys(n.id for g in generator.generators for n in ast.walk(g.target) if isinstance(n, ast.Name))
+        )
+        if names:
+            bound = " " + ", ".join(f"{n}={n}" for n in names)
+            inserts.append((function.lineno, function.col_offset + len("lambda"), bound))
+    if not inserts:
+        return code
+    lines = code.encode().splitlines(keepends=True)
+    for line, column, text in sorted(inserts, reverse=True):
+        raw = lines[line - 1]
+        lines[line - 1] = raw[:column] + text.encode() + raw[column:]
+    return b"".join(lines).decode()
+
+
 # ----- one run -----------------------------------------------------------------------------------------------
 
 
@@ -136,8 +188,10 @@ class Calls:
         self.results: dict[int, dict[str, Any]] = {}
         self.tool_errors: set[str] = set()
         """Messages of the ToolErrors raised in the script (an uncaught one is reported as ``ToolError``)."""
+        self.collecting = False
+        """Inside ``parallel``: a call is sent and returns a pending call at once."""
 
-    def send(self, server: str, tool: str, arguments: Any, line: int | None) -> int:
+    def send(self, server: str, tool: str, arguments: Any, line: int | None, wait: bool = False) -> int:
         self.output.flush()
         tool_arguments(server, tool, arguments)
         self.next_id += 1
@@ -145,6 +199,8 @@ class Calls:
         message["arguments"] = arguments
         if line is not None:
             message["line"] = line
+        if wait:
+            message["wait"] = True
         self.channel.send(message)
         return self.next_id
 
@@ -219,6 +275,16 @@ class Namespaces:
         return server, str(spec.get("tool", func)), arguments
 
 
+class Pending:
+    """A call sent inside ``parallel``, until ``parallel`` collects its answer."""
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+
+
+Pending.__name__ = Pending.__qualname__ = PENDING  # what the script's errors name
+
+
 class ToolFailure(Exception):
     """A ToolError raised in the worker (a server that is down)."""
 
@@ -263,6 +329,8 @@ def error_report(pm: Any, exc: Any, filename: str, line_shift: int = 0) -> dict[
         refused = refusal_message(message) if kind == "NotImplementedError" else None
         if refused is not None:
             return {"type": "MontySyntaxError", "message": refused, "line": line, "traceback": None}
+        if f"'{PENDING}'" in message:
+            kind, message = "TypeError", PARALLEL_MISUSE
         lines = [f"  line {f.line - line_shift}: {(f.source_line or '').strip()}" for f in frames[-20:]]
         trace = "Traceback (script lines):\n" + "\n".join(lines) + f"\n{kind}: {message}" if lines else None
         return {"type": kind, "message": message, "line": line, "traceback": trace}
@@ -280,6 +348,7 @@ class Runner:
         self.pool = pm.Monty(binary_path=binary, min_processes=1, max_processes=1, feed_duration_limit_grace=1.0)
         self.pool.__enter__()
         self._stubs: tuple[int | None, Namespaces] | None = None
+        self.timeout = 30.0
         with self.pool.checkout() as session:  # the monty process starts now, not in the first run
             session.feed_run("1")
 
@@ -290,7 +359,7 @@ class Runner:
         return self._stubs[1]
 
     def limits(self, message: dict[str, Any]) -> dict[str, Any]:
-        timeout = float(message.get("timeout", 30))
+        timeout = self.timeout = float(message.get("timeout", 30))
         limits: dict[str, Any] = {
             "max_feed_duration_secs": timeout,
             "max_suspensions": MAX_SUSPENSIONS,
@@ -322,6 +391,7 @@ class Runner:
         if message.get("check"):
             return self.check(code)
         namespaces = self.namespaces(message)
+        code = bind_loop_variables(code)
         calls = Calls(channel, output)
         spans = awaited_spans(code)
         source = code.encode()
@@ -332,7 +402,7 @@ class Runner:
 
         with pm.MountDir(host_path=self.workspace, virtual_path=VIRTUAL_WORKSPACE, mode="read-write") as mount:
             with self.pool.checkout(limits=self.limits(message), print_flush_interval=FLUSH_SECONDS) as session:
-                session.feed_run(f"ToolError = {TOOL_ERROR}", print_callback=printed)
+                session.feed_run(PRELUDE, print_callback=printed)
                 try:
                     snapshot = session.feed_start(
                         code,
@@ -361,6 +431,8 @@ class Runner:
             )
         if isinstance(snapshot, pm.NameLookupSnapshot):
             return snapshot.resume_auto() if snapshot.object_id is not None else snapshot.resume()
+        if snapshot.is_os_function and snapshot.function_name == "system.sleep":
+            return snapshot.resume({"return_value": self.sleep(snapshot.args, calls)})
         if snapshot.is_os_function:
             return snapshot.resume_auto()  # the workspace mount, Monty's clocks and sleeps, imports
         name = snapshot.function_name
@@ -371,23 +443,54 @@ class Runner:
                 server, tool, arguments = namespaces.call(namespace, name, args, kwargs)
             elif name == "call_tool":
                 server, tool, arguments = _call_tool(args, kwargs)
+            elif name == "_cm_collect":
+                calls.collecting = bool(args and args[0])
+                return snapshot.resume({"return_value": None})
+            elif name == "_cm_gather":
+                return snapshot.resume(self.gather(calls, args[0] if args else []))
             elif name == "final_answer":
                 raise FinalAnswer(args[0] if args else kwargs.get("value"))
             else:
                 return snapshot.resume({"exc_type": "NameError", "message": f"name {name!r} is not defined"})
             line = script_line(source, snapshot.position)
-            ident = calls.send(server, tool, arguments, line)
+            start = getattr(snapshot.position, "start", -1)
+            future = calls.collecting or any(a <= start < b for a, b in spans)
+            ident = calls.send(server, tool, arguments, line, wait=not future)
         except TypeError as exc:
             return snapshot.resume({"exc_type": "TypeError", "message": str(exc)})
         except ToolFailure as exc:
             calls.tool_errors.add(str(exc))
             return snapshot.resume({"exc_type": TOOL_ERROR, "message": str(exc)})
-        position = snapshot.position
-        start = getattr(position, "start", -1)
-        if any(a <= start < b for a, b in spans):
+        if calls.collecting:
+            return snapshot.resume({"return_value": self.pending(ident)})
+        if future:
             calls.waiting[snapshot.call_id] = ident
             return snapshot.resume({"future": ...})
         return snapshot.resume(calls.answer(calls.wait(ident)))
+
+    def sleep(self, args: Any, calls: Calls) -> None:
+        """``time.sleep`` and ``asyncio.sleep``: printed output goes first; the host's timeout bounds the wait."""
+        calls.output.flush()
+        seconds = args[0] if args and isinstance(args[0], int | float) else 0
+        time.sleep(min(max(float(seconds), 0.0), self.timeout))
+
+    def pending(self, ident: int) -> Any:
+        return self.pm.ClassInstance(Pending(ident))
+
+    def gather(self, calls: Calls, started: Any) -> dict[str, Any]:
+        """``parallel``'s results in order, once every call is answered; else the first failed call's ToolError."""
+        results: list[Any] = []
+        failed: str | None = None
+        for item in started if isinstance(started, list) else []:
+            if isinstance(item, Pending):
+                answer = calls.answer(calls.wait(item.ident))
+                if "return_value" not in answer:
+                    failed = failed if failed is not None else str(answer.get("message"))
+                item = answer.get("return_value")
+            results.append(item)
+        if failed is not None:
+            return {"exc_type": TOOL_ERROR, "message": failed}
+        return {"return_value": results}
 
     def result(self, message: dict[str, Any], channel: Channel, output: Output) -> dict[str, Any]:
         cap = output.cap
