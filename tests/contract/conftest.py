@@ -1,7 +1,7 @@
 """One engine for the runner contract suite: the fixture server, a small output cap, every runner warm.
 
-The cases in this folder run the same script on every runner (``local``, ``cpython``, ``pyodide`` in
-Python, ``deno`` in JavaScript) and expect the same ``RunResult``. A runner whose program is missing on
+The cases in this folder run the same script on every runner (``local``, ``cpython``, ``pyodide`` and
+``monty`` in Python, ``deno`` in JavaScript) and expect the same ``RunResult``. A runner whose program is missing on
 this host (Deno, Pyodide's files) is skipped with the reason; everything else runs.
 """
 
@@ -19,7 +19,7 @@ from mcp_code_mode import CodeMode
 
 from ..conftest import ROOT, fixture_entry, make_config
 
-RUNNERS = ("local", "cpython", "pyodide", "deno")
+RUNNERS = ("local", "cpython", "pyodide", "deno", "monty")
 
 MAX_OUTPUT_CHARS = 1000
 """The engine's output cap (``CODE_MODE_MAX_OUTPUT_CHARS``), also the cap of a return value's JSON."""
@@ -46,6 +46,11 @@ def unavailable(runner: str) -> str | None:
         return "Deno is not installed (the PyPI package `deno`: make install)"
     if runner == "pyodide" and not (ROOT / "node_modules" / "pyodide" / "pyodide.mjs").exists():
         return "Pyodide is not installed (node_modules/pyodide: make install)"
+    if runner == "monty":
+        from mcp_code_mode.runners.monty import find_monty
+
+        found = find_monty()
+        return found if isinstance(found, str) else None
     return None
 
 

@@ -1,7 +1,8 @@
 """The runner contract: the same case on every runner gives the same observable ``RunResult``.
 
-Each case has a Python body (run by ``local``, ``cpython`` and ``pyodide``; ``local`` gets its own
-body only where the README gives it another idiom) and a JavaScript body (run by ``deno``). The
+Each case has a Python body (run by ``local``, ``cpython``, ``pyodide`` and ``monty``; ``local`` gets its own
+body only where the README gives it another idiom, ``monty`` only where Monty lacks what the case uses, said
+at the case) and a JavaScript body (run by ``deno``). The
 assertions are on what ``CodeMode.execute`` returns, never on how a runner gets there.
 """
 
@@ -30,6 +31,8 @@ class Case:
     js: str
     local: str | None = None
     """The body for ``local`` where its documented idiom differs from CPython's; else ``python``."""
+    monty: str | None = None
+    """The body for ``monty`` where Monty lacks a construct the case uses; else ``python``."""
 
     def for_runner(self, runner: str) -> tuple[str, str]:
         """``(language, code)`` for ``runner``."""
@@ -37,6 +40,8 @@ class Case:
             return "javascript", self.js
         if runner == "local" and self.local is not None:
             return "python", self.local
+        if runner == "monty" and self.monty is not None:
+            return "python", self.monty
         return "python", self.python
 
 
@@ -227,6 +232,16 @@ async def test_a_failing_tool_raises_a_catchable_tool_error_with_the_servers_mes
             "             tool: e.tool };\n"
             "}\n"
             "export default caught;"
+        ),
+        # Monty has no class inheritance, so no exception class of its own: ToolError is its RuntimeError, whose
+        # message is the server's, without the `server` and `tool` attributes (MONTY_TOOL_ERROR below).
+        monty=(
+            "try:\n"
+            "    fixture.fail(message='the server said no')\n"
+            "except ToolError as e:\n"
+            "    caught = {'isToolError': isinstance(e, ToolError), 'message': str(e), 'server': 'fixture',\n"
+            "              'tool': 'fail'}\n"
+            "caught"
         ),
     )
     data = succeeded(await run(engine, runner, case))
