@@ -8,7 +8,9 @@ import re
 from collections.abc import Iterable
 
 # Names the sandbox defines itself; a server or tool may not shadow them.
-SANDBOX_RESERVED = frozenset({"call_tool", "ToolError", "final_answer", "print", "open", "servers", "tools"})
+SANDBOX_RESERVED = frozenset(
+    {"call_tool", "ToolError", "final_answer", "parallel", "print", "open", "servers", "tools"}
+)
 # JavaScript reserved words, and globals a namespace must not shadow (namespaces are globals under Deno).
 JS_RESERVED = frozenset(
     """break case catch class const continue debugger default delete do else enum export extends false finally
