@@ -1,5 +1,5 @@
 """What the MCP tools show about the engine: the payloads of ``get_execution_limits`` and
-``list_supported_languages``, and the runner and server lines of ``execute_code``'s description.
+``list_supported_languages``, the server lines of ``execute_code``'s description and its ``runner`` parameter.
 
 The server layer's own module: it reads the engine's public facts (``CodeMode.runner_facts``, ``servers``,
 ``settings``) and words them; no runner is named here, each says what it is (``RunnerInfo``).
@@ -15,8 +15,12 @@ from .engine import CodeMode
 from .runners import LANGUAGE_ALIASES
 from .stubs.index import ToolSpec
 
-SERVER_EXAMPLES = 4
+SERVER_EXAMPLES = 3
 """Tool names shown per server in ``execute_code``'s description; the rest are found with search_tools."""
+RUNNER_SUMMARY = 70
+"""Characters of a runner's summary in the ``runner`` parameter's description."""
+SERVER_LINES = 12
+"""Servers named one per line in ``execute_code``'s description; more are summed up in one line."""
 
 
 def _languages() -> list[str]:
@@ -129,25 +133,32 @@ def supported_languages(engine: CodeMode) -> list[dict[str, Any]]:
     return out
 
 
-def describe_runners(engine: CodeMode) -> str:
-    """One line naming each runner, for ``execute_code``'s description (``list_supported_languages`` has more)."""
+def runner_choices(engine: CodeMode) -> str:
+    """The ``runner`` parameter's description: each runner with its summary (at most ``RUNNER_SUMMARY`` characters)
+    and the languages it is the default for (``list_supported_languages`` has the whole summaries)."""
     parts: list[str] = []
     for f in engine.runner_facts():
         default = f", default for {'/'.join(f.default_for)}" if f.default_for else ""
-        parts.append(f"{f.info.name} ({f.info.summary}{default})")
-    return "Runners: " + "; ".join(parts) + ". Awaiting stubs and more: list_supported_languages."
+        parts.append(f"{f.info.name} ({clipped(f.info.summary, RUNNER_SUMMARY)}{default})")
+    return "; ".join(parts) + "."
 
 
-def runner_choices(engine: CodeMode) -> str:
-    """The ``runner`` parameter's description."""
-    return "Runner: " + ", ".join(f.info.name for f in engine.runner_facts()) + " (default: the language's)."
+def clipped(text: str, limit: int) -> str:
+    """``text``, or its words that fit in ``limit`` characters followed by "…" (open parentheses closed)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return head + ")" * max(0, head.count("(") - head.count(")"))
 
 
 def describe_servers(engine: CodeMode) -> str:
-    """One line per server: namespace, summary, tool count and a few tool names. Small whatever the tool count."""
+    """One line per server: namespace, summary, tool count and a few tool names; past ``SERVER_LINES`` servers,
+    one line with the count of the others. Bounded whatever the tool count."""
     lines: list[str] = []
     states = {s["name"]: s for s in engine.servers()}
-    for spec in engine.index.servers:
+    specs = engine.index.servers
+    for spec in specs[:SERVER_LINES]:
         status = states.get(spec.name, {})
         head = f"- {spec.namespace}"
         if spec.description:
@@ -159,16 +170,20 @@ def describe_servers(engine: CodeMode) -> str:
         names = ", ".join(t.func for t in spec.tools[:SERVER_EXAMPLES])
         more = ", …" if len(spec.tools) > SERVER_EXAMPLES else ""
         lines.append(f"{head} ({len(spec.tools)} tools: {names}{more}){gated_note(engine, spec.tools)}")
-    text = "Connected servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
-    if any(gated_note(engine, spec.tools) for spec in engine.index.servers):
+    if len(specs) > SERVER_LINES:
+        others = specs[SERVER_LINES:]
+        count = sum(len(spec.tools) for spec in others)
+        lines.append(f"- {len(others)} more servers ({count} tools): search_tools finds them")
+    text = "Servers (namespace in scripts):\n" + ("\n".join(lines) if lines else "- none")
+    if any(gated_note(engine, spec.tools) for spec in specs):
         text += (
-            '\nA call that asks waits for the person\'s approval (deny: ToolError). mode="plan" records such calls'
-            " instead (result: plan.planId); approvePlan=<planId> then runs the same code with them approved."
+            '\nA call that asks waits for a person\'s approval (denied: ToolError); mode="plan" records such calls'
+            " instead (result: plan.planId), and approvePlan=<planId> runs the same code with them approved."
         )
     if engine.privacy.active:
         text += (
-            "\nPersonal data reaches you as tokens ([EMAIL_1], [PHONE_2]); scripts see the real values. Write a token"
-            " in a tool call's arguments to use its value: the host restores it where that tool may receive it."
+            "\nPersonal data reaches you as tokens ([EMAIL_1]); scripts see the real values. A token in a tool call's"
+            " arguments is restored where that tool may receive it."
         )
     return text
 
@@ -192,4 +207,4 @@ def gated_note(engine: CodeMode, tools: Sequence[ToolSpec]) -> str:
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-__all__ = ["describe_runners", "describe_servers", "execution_limits", "runner_choices", "supported_languages"]
+__all__ = ["describe_servers", "execution_limits", "runner_choices", "supported_languages"]

@@ -29,34 +29,33 @@ from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
 from .governance.approvals import ApprovalForm, Choice, Elicit
-from .presentation import describe_runners, describe_servers, execution_limits, runner_choices, supported_languages
+from .presentation import describe_servers, execution_limits, runner_choices, supported_languages
 
 logger = logging.getLogger(__name__)
 
-INSTRUCTIONS = """\
+_INSTRUCTIONS_START = """\
 Code mode: instead of calling tools one by one, write one script (Python, JavaScript or TypeScript) and
 run it with execute_code. Inside the script every tool of every connected MCP server is a plain function,
 e.g. filesystem.read_text_file(path="notes.txt") in Python or await filesystem.read_text_file({ path: "notes.txt" })
 in JavaScript. Print what you need to see; intermediate data stays in the sandbox. Find tools with
-search_tools, get exact signatures with get_tool_stubs, check a script with validate_code, and look
+search_tools, get exact signatures with get_tool_stubs"""
+INSTRUCTIONS = (
+    _INSTRUCTIONS_START
+    + """, check a script with validate_code, and look
 for a proven script with search_cached_scripts before writing a new one."""
+)
+MINIMAL_INSTRUCTIONS = _INSTRUCTIONS_START + "."
+"""``INSTRUCTIONS`` for ``CODE_MODE_TOOLS=minimal``, which has neither validate_code nor the cache tools."""
 
-EXECUTE_CODE_HEAD = """\
-Run a script in a sandbox where every tool of the connected MCP servers is an ordinary function.
-
-Python: call tools as `server.tool(arg=value)`; a failing tool raises ToolError (`except ToolError as e`).
-JavaScript and TypeScript run as an ES module (top-level await works): `await server.tool({ arg: value })`;
-a failing tool throws ToolError; `export default value` returns value; allowed npm packages
-(`require('axios')`) work; type errors do not stop a run. Results are the tool's structured content (a
-dict) or its text (parsed when JSON). `call_tool(server, tool, {...})` calls a tool by name. Print what you
-need to see, or end with an expression (or `final_answer(x)`) to return it as returnValue. `open()` works
-in the run's own workspace (deleted after the run).
-
-Discover tools with search_tools(query) and get exact signatures with get_tool_stubs(names=[...]).
-An identical script whose run had no side effects (no tool calls, files or connections) answers from the
-cache (cached: true); cache="reuse" replays any stored run, "refresh" runs again; search_cached_scripts
-finds proven ones. Network: only via an egress proxy (no private addresses).
-get_execution_limits tells what is in force."""
+EXECUTE_CODE_HEAD = (
+    "Run a script in a sandbox where each tool of the servers below is a function: Python "
+    "`server.tool(arg=value)`, JS/TS `await server.tool({ arg: value })`, returning the tool's "
+    "structured content or its text (parsed if JSON); a failing tool raises/throws ToolError. Print what you "
+    "need; the last expression (Python) or `export default` (JS) is returnValue. Find tools with search_tools, "
+    "signatures with get_tool_stubs."
+)
+MINIMAL_TOOLS = ("execute_code", "search_tools", "get_tool_stubs")
+"""The tools of ``CODE_MODE_TOOLS=minimal``."""
 
 
 def result_text(result: RunResult) -> str:
@@ -238,78 +237,73 @@ class CodeModeServer(MCPServer[Any]):
         return await super().call_tool(name, arguments, context)
 
     async def list_tools(self) -> list[types.Tool]:
+        """The tools as a model reads them on every turn (``tools/list``): compact input schemas
+        (``compact_schema``), one-line descriptions, no output schemas, and ``execute_code`` described with the
+        servers and runners of right now.
+
+        No output schema: the MCP spec lets a tool omit it, a client hands a model only names, descriptions
+        and input schemas, and each result still carries its structured content (``execute_code``'s: the
+        ``RunResult``, whose fields the description names); the schemas cost more of the context than the
+        whole rest of a tool.
+        """
         tools = await super().list_tools()
-        description = (
-            EXECUTE_CODE_HEAD + "\n\n" + describe_runners(self.engine) + "\n\n" + describe_servers(self.engine)
-        )
         out: list[types.Tool] = []
         for tool in tools:
-            update: dict[str, Any] = {"input_schema": compact_schema(tool.input_schema, inputs=True)}
+            update: dict[str, Any] = {
+                "input_schema": compact_schema(tool.input_schema),
+                "output_schema": None,
+                "description": " ".join((tool.description or "").split()),
+            }
             if tool.name == "execute_code":
-                update["description"] = description
-                schema = update["input_schema"]
-                runner_schema = (schema.get("properties") or {}).get("runner")
-                if isinstance(runner_schema, dict):
-                    runner_schema["description"] = runner_choices(self.engine)
-            if tool.output_schema is not None:
-                # a free-form dict result says nothing a model can use; a real schema is kept, compacted
-                free_form = (
-                    tool.output_schema.get("additionalProperties") is True and "properties" not in tool.output_schema
-                )
-                update["output_schema"] = None if free_form else compact_output_schema(tool.output_schema)
+                update["description"] = EXECUTE_CODE_HEAD + "\n" + describe_servers(self.engine)
+                properties: dict[str, Any] = update["input_schema"].get("properties") or {}
+                if isinstance(properties.get("runner"), dict):
+                    properties["runner"]["description"] = runner_choices(self.engine)
+                if isinstance(properties.get("timeout"), dict):
+                    settings = self.engine.settings
+                    properties["timeout"]["description"] = (
+                        f"ms (default {settings.default_timeout_ms}, max {settings.max_timeout_ms})"
+                    )
             out.append(tool.model_copy(update=update))
         return out
 
 
-def compact_schema(schema: Any, *, inputs: bool = False) -> Any:
-    """A JSON Schema without pydantic's ``title`` noise; for ``inputs``, ``X | None`` written as ``X`` and no
-    ``"default": null``.
+LISTED_WITHOUT = frozenset({"title", "minimum", "maximum"})
+"""Schema keywords an input schema in ``tools/list`` leaves out: pydantic's titles, and numeric bounds (the server
+still refuses a value out of bounds, naming the bound)."""
+
+
+def compact_schema(schema: Any) -> Any:
+    """An input schema for ``tools/list``: without ``LISTED_WITHOUT``, ``X | None`` written as ``X``, no
+    ``"default": null`` and no empty ``properties``.
 
     ``tools/list`` is read by the model on every turn: this keeps it small. Optional parameters keep
-    a default other than null and the server still accepts ``null`` for them; output schemas keep
-    ``null`` because clients validate results against them.
+    a default other than null and the server still accepts ``null`` for them.
     """
     if isinstance(schema, list):
-        return [compact_schema(item, inputs=inputs) for item in schema]  # pyright: ignore[reportUnknownVariableType]
+        return [compact_schema(item) for item in schema]  # pyright: ignore[reportUnknownVariableType]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():  # pyright: ignore[reportUnknownVariableType]
-        if key == "title" and isinstance(value, str):
+        if key in LISTED_WITHOUT and not isinstance(value, (dict, list)):
             continue
-        if inputs and key == "default" and value is None:  # an omitted argument is its default anyway
+        if key == "default" and value is None:  # an omitted argument is its default anyway
             continue
         if key in ("properties", "$defs") and isinstance(value, dict):
-            out[key] = {name: compact_schema(sub, inputs=inputs) for name, sub in value.items()}  # pyright: ignore[reportUnknownVariableType]
+            out[key] = {name: compact_schema(sub) for name, sub in value.items()}  # pyright: ignore[reportUnknownVariableType]
         else:
-            out[key] = compact_schema(value, inputs=inputs)
+            out[key] = compact_schema(value)
     options = out.get("anyOf")
-    if inputs and isinstance(options, list) and {"type": "null"} in options:  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(options, list) and {"type": "null"} in options:  # pyright: ignore[reportUnknownArgumentType]
         others = [o for o in options if o != {"type": "null"}]  # pyright: ignore[reportUnknownVariableType]
         if len(others) == 1 and isinstance(others[0], dict):
             del out["anyOf"]
             out = {**others[0], **out}
         else:
             out["anyOf"] = others
-    return out
-
-
-LOOSE_OUTPUT_TYPES = frozenset({"NetworkUse", "CallEntry", "PlanResult"})
-"""Result parts described in the tool's description, not in its schema: ``{"type": "object"}`` there."""
-
-
-def compact_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """An output schema for ``tools/list``: ``compact_schema``, without the descriptions of the result types
-    themselves (class docstrings written for Python callers, not for a model), and the parts a model
-    reads about in the description (network use, calls, plan) as plain objects."""
-    out = compact_schema(schema)
-    out.pop("description", None)
-    definitions: dict[str, Any] = out.get("$defs") or {}
-    for name in LOOSE_OUTPUT_TYPES & set(definitions):
-        definitions[name] = {"type": "object"}
-    for definition in definitions.values():
-        if isinstance(definition, dict):
-            definition.pop("description", None)  # pyright: ignore[reportUnknownMemberType]
+    if out.get("type") == "object" and out.get("properties") == {}:
+        del out["properties"]
     return out
 
 
@@ -330,7 +324,7 @@ def build_server(
         engine,
         name="mcp-code-mode",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS if engine.settings.tools == "full" else MINIMAL_INSTRUCTIONS,
         lifespan=lifespan,
         log_level=engine.settings.log_level,
         token_verifier=token_verifier,
@@ -339,36 +333,24 @@ def build_server(
 
     @server.tool(name="execute_code", description=EXECUTE_CODE_HEAD)
     async def execute_code(
-        language: Annotated[
-            str, Field(description="Language of the code: python, javascript (js) or typescript (ts).")
-        ],
-        code: Annotated[str, Field(description="The script to run.")],
-        packages: Annotated[
-            list[str] | None,
-            Field(description='Allowed packages (list_allowed_packages), e.g. ["requests", "numpy>=1.26"].'),
-        ] = None,
-        timeout: Annotated[
-            int | None,
-            Field(description="Timeout in ms (default and maximum: get_execution_limits)."),
-        ] = None,
+        language: Annotated[str, Field(description="python, javascript or typescript.")],
+        code: str,
+        packages: Annotated[list[str] | None, Field(description='Allow-listed, e.g. ["numpy"].')] = None,
+        timeout: Annotated[int | None, Field(description="In ms.")] = None,
         allowNetworking: Annotated[
-            bool | list[str] | None,
-            Field(description='Network via the egress proxy: true, false, or only these hosts (["api.github.com"]).'),
+            bool | list[str] | None, Field(description="true, false or only these hosts.")
         ] = None,
-        description: Annotated[str | None, Field(description="What the script does, in a few words.")] = None,
-        runner: Annotated[
-            str | None,
-            Field(description="Runner (default: the language's; the list is in this tool's description)."),
-        ] = None,
+        description: str | None = None,
+        runner: Annotated[str | None, Field(description="Default: the language's.")] = None,
         cache: Annotated[
             str,
             Field(
-                description="auto: replay a side-effect-free identical run; reuse: any; refresh: run again; off.",
+                description="auto replays an identical side-effect-free run.",
                 json_schema_extra={"enum": list(CACHE_MODES)},
             ),
         ] = "auto",
-        mode: Annotated[Literal["run", "plan"], Field(description="plan: record gated calls, not make them.")] = "run",
-        approvePlan: Annotated[str | None, Field(description="A planId: run with its calls approved.")] = None,
+        mode: Literal["run", "plan"] = "run",  # described with the gated tools, when a server has some
+        approvePlan: str | None = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.settings.stream_output_after_ms / 1000
@@ -395,43 +377,46 @@ def build_server(
                 return refused(exc, language, engine.runner_for(language, runner))
         return to_call_result(result)
 
-    @server.tool(name="get_execution_limits")
-    def get_execution_limits() -> dict[str, Any]:
-        """Timeouts, output cap, tool-call cap, network policy, the isolation in force on this host, runners and
-        the state of each connected server, as they are right now."""
-        return execution_limits(engine)
-
-    @server.tool(name="list_supported_languages")
-    def list_supported_languages() -> list[dict[str, Any]]:
-        """Languages execute_code accepts, with their runners, each runner's isolation and the package manager."""
-        return supported_languages(engine)
-
-    @server.tool(name="list_allowed_packages")
-    def list_allowed_packages(
-        language: Annotated[str, Field(description="python, javascript, typescript, or all.")] = "all",
-    ) -> dict[str, Any]:
-        """The packages execute_code may install (its `packages` parameter), per language. Anything else is refused."""
-        return engine.allowed_packages(language)
-
     @server.tool(name="get_tool_stubs")
     def get_tool_stubs(
-        names: Annotated[
-            list[str] | None, Field(description="Tools, e.g. ['filesystem.read_text_file'] (from search_tools).")
-        ] = None,
-        server: Annotated[str | None, Field(description="All tools of this server.")] = None,
-        language: Annotated[
-            str, Field(description="Stub language: python, or typescript (also for javascript).")
-        ] = "python",
+        names: Annotated[list[str] | None, Field(description="e.g. ['filesystem.read_text_file']")] = None,
+        server: str | None = None,
+        language: Annotated[str, Field(description="python or typescript (for javascript too)")] = "python",
     ) -> str:
-        """The stubs of downstream tools exactly as the sandbox defines them (all tools if no names or server)."""
+        """Stubs of tools as the sandbox defines them (all if no names or server)."""
         with tool_errors():
             servers = [server] if server else None
             return engine.policy_notes(language, servers, names) + engine.stubs(language, servers, names)
 
-    register_discovery_tools(server, engine)
-    if engine.settings.audit_tool:
-        register_audit_tool(server, engine)
+    register_search_tool(server, engine)
+    if engine.settings.tools == "full":
+        register_full_tools(server, engine)
+        if engine.settings.audit_tool:
+            register_audit_tool(server, engine)
     return server
+
+
+def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
+    """The tools beyond ``MINIMAL_TOOLS`` (``CODE_MODE_TOOLS=full``, the default)."""
+
+    @server.tool(name="get_execution_limits")
+    def get_execution_limits() -> dict[str, Any]:
+        """Limits, network and tool policy, isolation, runners and servers in force now."""
+        return execution_limits(engine)
+
+    @server.tool(name="list_supported_languages")
+    def list_supported_languages() -> list[dict[str, Any]]:
+        """Languages, their runners with isolation and package managers."""
+        return supported_languages(engine)
+
+    @server.tool(name="list_allowed_packages")
+    def list_allowed_packages(
+        language: str = "all",
+    ) -> dict[str, Any]:
+        """Packages execute_code may install, per language (python, javascript, typescript or all)."""
+        return engine.allowed_packages(language)
+
+    register_discovery_tools(server, engine)
 
 
 def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:
@@ -515,54 +500,53 @@ def tool_errors() -> Generator[None]:
         raise ToolError(str(exc)) from exc
 
 
-def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
-    """search_tools, validate_code and the script cache tools."""
-
+def register_search_tool(server: CodeModeServer, engine: CodeMode) -> None:
     @server.tool(name="search_tools")
     def search_tools(
-        query: Annotated[str, Field(description="What the tool should do, e.g. 'read a file'.")],
-        server: Annotated[str | None, Field(description="Only this server.")] = None,
+        query: Annotated[str, Field(description="e.g. 'read a file'.")],
+        server: str | None = None,
         detail: Annotated[
             str,
             Field(
-                description="name | summary (one line + signature) | full (stub).",
                 json_schema_extra={"enum": ["name", "summary", "full"]},
             ),
         ] = "summary",
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> Json:
-        """Find downstream tools by what they do, best first."""
+        """Find tools by what they do, best first."""
         with tool_errors():
             return engine.search_tools(query, server=server, detail=detail, limit=limit)
 
+
+def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
+    """validate_code and the script cache tools."""
+
     @server.tool(name="validate_code")
     async def validate_code(
-        language: Annotated[str, Field(description="python, javascript or typescript.")],
-        code: Annotated[str, Field(description="The script to check.")],
-        runner: Annotated[str | None, Field(description="The runner it will run on (default: the language's).")] = None,
-        packages: Annotated[list[str] | None, Field(description="The packages it will ask for.")] = None,
+        language: str,
+        code: str,
+        runner: str | None = None,
+        packages: list[str] | None = None,
     ) -> Json:
-        """Check a script without running it or calling any tool. Python: syntax, imports the runner refuses,
-        tool names, literal arguments vs the tools' schemas. JavaScript/TypeScript: type errors against the
-        tool declarations. Every finding at once, each with its line."""
+        """Check a script without running it (syntax, imports, tool names, arguments, types)."""
         with tool_errors():
             return await engine.validate(language, code, runner=runner, packages=packages)
 
     @server.tool(name="search_cached_scripts")
     async def search_cached_scripts(
-        query: Annotated[str, Field(description="The task, in words.")],
-        language: Annotated[str | None, Field(description="Only this language.")] = None,
+        query: str,
+        language: str | None = None,
         limit: Annotated[int, Field(ge=1, le=50)] = 5,
         ctx: Context | None = None,
     ) -> Json:
-        """Find scripts that worked before, ranked by relevance (stale: a tool they used changed)."""
+        """Scripts that worked before, best first (stale: a tool they use changed)."""
         with tool_errors():
             results = await engine.search_scripts(query, language, limit, client=client_of(ctx))
         return {"query": query, "scripts": results}
 
     @server.tool(name="list_cached_scripts")
     async def list_cached_scripts(
-        language: Annotated[str | None, Field(description="Only this language.")] = None,
+        language: str | None = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
         ctx: Context | None = None,
     ) -> Json:
@@ -573,9 +557,9 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="get_cached_script")
     async def get_cached_script(
-        hash: Annotated[str, Field(description="Its hash (or a unique prefix).")], ctx: Context | None = None
+        hash: Annotated[str, Field(description="Or a unique prefix.")], ctx: Context | None = None
     ) -> Json:
-        """A cached script: code, result, tools, packages and stats."""
+        """A cached script by hash: code, result, tools, packages, stats."""
         with tool_errors():
             script = await engine.get_script(hash, client=client_of(ctx))
         if script is None:
@@ -584,5 +568,5 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="get_cache_stats")
     async def get_cache_stats() -> Json:
-        """Cache totals: scripts, size, per language, hit rate, and the cached package environments."""
+        """Cache totals, hit rate and package environments."""
         return await anyio.to_thread.run_sync(engine.cache_stats)
