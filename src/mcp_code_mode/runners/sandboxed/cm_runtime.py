@@ -8,7 +8,8 @@ Imported as ``cm_runtime`` in two places, standard library only, on Python 3.11 
 
 Here: the names a script gets (``ToolError``, ``final_answer``), the limits and intervals of a run's
 output and return value, the printed-output buffer with its flush rule, the check of tool arguments and
-the reading of the host's answers, the reports of values, errors and files, and the rule for when a
+the reading of the host's answers and their matching to callers by id (``ToolCalls``: blocking calls,
+``parallel`` and awaited ones), the reports of values, errors and files, and the rule for when a
 stub call is awaitable (``AwaitableCalls``). What each runner adds is its transport: a channel with a
 flusher thread in the zygote, the worker's bridge function and no threads under Pyodide.
 
