@@ -39,6 +39,7 @@ SECTIONS = [
     "egress",
     "pii_detection",
     "pii",
+    "tool_search",
 ]
 BUDGET_SECONDS = 300
 SECTION_TIMEOUT = 600

@@ -154,3 +154,48 @@ def test_without_pydantic_monty_the_runner_is_left_out_with_its_reason(monkeypat
 def test_the_worker_program_is_declared_for_the_cache_keys() -> None:
     assert Path(monty.WORKER).exists()
     assert monty.PLUGIN.sources == (monty.WORKER,)
+
+
+def _monty_processes() -> set[int]:
+    """Pids of this test process's descendants that run the ``monty`` binary."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+        names[int(entry)] = name
+    found: set[int] = set()
+    stack = [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        for child in children.get(pid, []):
+            if names.get(child) == "monty":
+                found.add(child)
+            stack.append(child)
+    return found
+
+
+async def test_the_process_a_script_ran_in_never_serves_another_run(engine: CodeMode) -> None:
+    """One session per monty process: the process a script ran in is gone once its run ends, and the next run
+    runs in another."""
+    import anyio
+
+    seen: list[set[int]] = []
+    for _ in range(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, engine, "x = 0\nfor i in range(12_000_000):\n    x += i\nx")  # about 2 s
+            await anyio.sleep(0.6)
+            seen.append(_monty_processes())  # the process running the script, and maybe the next one
+        await anyio.sleep(0.3)
+        assert not (seen[-1] & _monty_processes()) or len(seen[-1]) > 1, seen
+    first, second = seen
+    assert first and second and first != second

@@ -4,8 +4,9 @@ The worker (``sandboxed/cm_monty.py``) is a small Python process started by ``cm
 seccomp) that never runs a script itself: its ``pydantic_monty.Monty`` pool's ``monty`` child, in the same sandbox,
 interprets it, and every suspension of that child (a stub call, ``call_tool``, ``final_answer``) comes back to the
 worker, which speaks the bridge's run channel (``call``, ``output``, ``done``) like every other runner. A worker
-serves run after run, each on a fresh Monty session with a wiped workspace, so a warm run costs about a
-millisecond and a worker a few tens of MB.
+serves run after run, each on a fresh Monty session in a fresh ``monty`` process (the one a script ran in is
+retired with its session) and a wiped workspace, so a warm run costs a few milliseconds and a worker a few
+tens of MB.
 
 Monty is its own layer, not the sandbox: no filesystem but the run's workspace (mounted at ``/workspace``), no
 network, no subprocesses, a subset of the standard library (``MONTY_MODULES``), and its own limits on time,

@@ -345,7 +345,16 @@ class Runner:
     def __init__(self, pm: Any, workspace: str, binary: str | None) -> None:
         self.pm = pm
         self.workspace = workspace
-        self.pool = pm.Monty(binary_path=binary, min_processes=1, max_processes=1, feed_duration_limit_grace=1.0)
+        # One session per monty process: the process a script ran in is retired with its session, and the next
+        # run gets a fresh one the pool started meanwhile (the rule: a process that ran user code never serves
+        # another run).
+        self.pool = pm.Monty(
+            binary_path=binary,
+            min_processes=1,
+            max_processes=1,
+            max_checkouts_per_worker=1,
+            feed_duration_limit_grace=1.0,
+        )
         self.pool.__enter__()
         self._stubs: tuple[int | None, Namespaces] | None = None
         self.timeout = 30.0
