@@ -217,7 +217,7 @@ export class ToolChannel {
   private nextId = 0;
   private readonly waiting = new Map<number, (line: string) => void>();
   private reading = false;
-  private unanswered = 0;
+  private readonly unanswered = new Set<number>();
 
   constructor(private readonly writer: MessageWriter, private readonly reader: LineReader, private readonly output: Output) {}
 
@@ -264,20 +264,19 @@ export class ToolChannel {
     this.writer.line(
       `{"op":"call","id":${id},"server":${stringify(server)},"tool":${stringify(tool)},"arguments":${stringify(args)}${at}${hint}}`,
     );
-    this.unanswered++;
+    this.unanswered.add(id);
     return id;
   }
 
-  /** Block until the host's next `result` line (unparsed, any id); null when every call sent with `send`
-   * is answered already (nothing would come). */
+  /** Block until the host answers one of the calls `send` made and this has not returned yet: that
+   * `result` line, unparsed (whichever call it answers); lines that answer none of them are skipped.
+   * Null when every such call is answered already (nothing would come). */
   receiveSync(): string | null {
-    if (this.unanswered <= 0) return null;
+    if (this.unanswered.size === 0) return null;
     for (;;) {
       const line = this.reader.nextSync();
-      if (resultId(line) !== null) {
-        this.unanswered--;
-        return line;
-      }
+      const id = resultId(line);
+      if (id !== null && this.unanswered.delete(id)) return line;
     }
   }
 
