@@ -58,6 +58,8 @@ async def test_search_and_stubs_say_which_tools_ask_or_are_denied(client: Client
     found = await call(client, "search_tools", {"query": "echo text back", "server": "fixture", "limit": 20})
     by_name = {t["tool"]: t for t in found["tools"]}
     assert by_name["fixture.echo"]["policy"] == "ask"
+    added = await call(client, "search_tools", {"query": "add two numbers", "server": "fixture", "limit": 20})
+    by_name = {t["tool"]: t for t in added["tools"]}
     assert "fixture.add" in by_name and "policy" not in by_name["fixture.add"]  # allowed: nothing to say
     stubs = await call(client, "get_tool_stubs", {"names": ["fixture.echo", "fixture.fail", "fixture.add"]})
     assert "# policy: fixture.echo asks for approval" in stubs and "# policy: fixture.fail is denied" in stubs

@@ -75,7 +75,7 @@ async def client(scratch_runner: None, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_the_registry_finds_it_after_the_built_in_runners(scratch_runner: None) -> None:
-    assert registry.names() == ["local", "cpython", "pyodide", "deno", "scratch"]
+    assert registry.names() == ["local", "cpython", "monty", "pyodide", "deno", "scratch"]
 
 
 async def test_it_is_listed_with_its_language_isolation_and_summary(client: Client) -> None:
