@@ -651,3 +651,19 @@ def test_phone_not_taken_from_an_iban_or_a_time() -> None:
     assert values("IBAN NL47 UQRE 2574 1263 44", "phone") == []
     assert values("at 20260115 10:20 and 415 555 0132:30", "phone") == []
     assert values("CALL 212 555 0111", "phone") == ["212 555 0111"]
+
+
+@pytest.mark.parametrize("number", ["(555) 123-4567", "555-123-4567", "+1 555-123-4567", "555.867.5309"])
+def test_a_fictional_north_american_number_is_a_phone_by_its_shape(number: str) -> None:
+    """No such number is assigned (libphonenumber calls it invalid), but fixtures and test data write customers'
+    phones so: a value the detectors miss would reach the model."""
+    assert found(f"call {number} today") == [("phone", number)]
+
+
+@pytest.mark.parametrize("text", ["123-456-7890", "(000) 000-0000", "999-999-9999", "order 2026-555-1234"])
+def test_placeholders_and_other_digit_groups_are_not_phones_by_shape(text: str) -> None:
+    assert found(f"see {text} here") == []
+
+
+def test_the_north_american_shape_needs_a_north_american_region() -> None:
+    assert found("call (555) 123-4567", regions=("GB", "DE")) == []

@@ -34,7 +34,10 @@ The built-in kinds:
   about a tenth of a millisecond a call). A run of digits with no separator and no ``+`` (``4155550132``) is
   read only after a word that labels it within 24 characters before it (phone, tel, mobile, cell, fax,
   pager, sms, whatsapp, msisdn; handy, telefon, téléphone, portable, teléfono, telefono): unlabelled, such a run
-  is more often an id, an amount or a timestamp. Not found: dates (``2026-12-01``, ``01.02.2026``,
+  is more often an id, an amount or a timestamp. Where US or CA numbers are read, a number written the North
+  American way with its separators (``(555) 123-4567``, ``555-123-4567``, ``+1 555.123.4567``) is a phone by
+  its shape even when no such number is assigned (fictional customers' phones are written so), unless its
+  area code starts with 0 or 1 or it is a placeholder (one repeated digit, ``123-456-7890``). Not found: dates (``2026-12-01``, ``01.02.2026``,
   ``12/31/2025``), times, decimals (``37.7749295``), dotted quads, numbers with three or more one-digit
   groups (``1 2 3 4 5 6 7 8``), card numbers (a run the card detector takes), the last groups of a spaced
   IBAN, and a number glued to letters, to more digits or to a time (``x4155550132``, ``4155550132.00``,
@@ -656,6 +659,21 @@ def _phone_runs(text: str) -> Iterable[re.Match[str]]:
         yield from _PHONE_RUN.finditer(text, start, run.end() + 1)
 
 
+_NANP_SHAPE = re.compile(r"(?:\+1[ .-]?|1[ .-])?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}")
+"""A number written the North American way, with its separators: ``(555) 123-4567``, ``555-123-4567``."""
+
+
+def _nanp_shaped(candidate: str, digits: str, regions: tuple[_Region, ...]) -> bool:
+    """A North American number by its shape alone, where US or CA numbers are read: ``(555) 123-4567`` is
+    no assigned number (libphonenumber says invalid), but data sets write fictional customers' phones so, and
+    a value the detectors miss reaches the model. Not: an area code starting with 0 or 1, placeholders of one
+    repeated digit, ``123-456-7890``."""
+    if not any(r.code in ("US", "CA") for r in regions) or not _NANP_SHAPE.fullmatch(candidate):
+        return False
+    local = digits[-10:]
+    return local[0] not in "01" and len(set(local)) > 1 and local != "1234567890"
+
+
 def _find_phone(text: str, regions: tuple[_Region, ...]) -> Iterable[tuple[int, int]]:
     for m in _phone_runs(text):
         candidate, offset = m.group(), m.start()
@@ -678,6 +696,8 @@ def _find_phone(text: str, regions: tuple[_Region, ...]) -> Iterable[tuple[int, 
             readings = ["ZZ"] if international else [r.code for r in regions if r.plausible(digits)]
             for region in readings:
                 spans.update(_matches(candidate, region))
+        if not spans and _nanp_shaped(candidate, digits, regions):
+            spans.add((0, len(candidate)))
         for s, e in sorted(spans):
             start, end = offset + s, offset + e
             groups = _GROUPS.findall(text, start, end)
