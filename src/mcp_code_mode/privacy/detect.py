@@ -37,7 +37,8 @@ The built-in kinds:
   is more often an id, an amount or a timestamp. Where US or CA numbers are read, a number written the North
   American way with its separators (``(555) 123-4567``, ``555-123-4567``, ``+1 555.123.4567``) is a phone by
   its shape even when no such number is assigned (fictional customers' phones are written so), unless its
-  area code starts with 0 or 1 or it is a placeholder (one repeated digit, ``123-456-7890``). Not found: dates (``2026-12-01``, ``01.02.2026``,
+  area code starts with 0 or 1 or it is a placeholder (one repeated digit, ``123-456-7890``). Not found:
+  dates (``2026-12-01``, ``01.02.2026``,
   ``12/31/2025``), times, decimals (``37.7749295``), dotted quads, numbers with three or more one-digit
   groups (``1 2 3 4 5 6 7 8``), card numbers (a run the card detector takes), the last groups of a spaced
   IBAN, and a number glued to letters, to more digits or to a time (``x4155550132``, ``4155550132.00``,
