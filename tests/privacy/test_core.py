@@ -289,3 +289,20 @@ def test_a_field_named_for_a_kind_is_that_kind_whatever_its_shape() -> None:
 def test_scrub_replaces_secrets_only() -> None:
     privacy = book()
     assert privacy.scrub(f"401: bad key {SECRET} for {ALICE}") == f"401: bad key [SECRET] for {ALICE}"
+
+
+def test_secret_named_fields_of_any_servers_results_are_secrets_even_with_personal_data_off() -> None:
+    run = book(tokenize={"crm": False}).run("c1")
+    run.harvest(
+        "wiki",
+        {
+            "service": {"api_key": "k3y-0f-unkn0wn-f0rmat", "X-Auth-Token": "opaque.value.123"},
+            "users": [{"password": "hunter2hunter2", "author": "Jane Smith-Jones", "max_tokens": "4096000000"}],
+            "auth": {"Authorization": "Bearer abc.def.ghi.jkl"},
+            "note": "short",
+        },
+    )
+    text = run.mask_text(
+        "k3y-0f-unkn0wn-f0rmat opaque.value.123 pw=hunter2hunter2 by Jane Smith-Jones 4096000000 abc.def.ghi.jkl"
+    )
+    assert text == "[SECRET] [SECRET] pw=[SECRET] by Jane Smith-Jones 4096000000 [SECRET]"

@@ -161,15 +161,21 @@ class RunPrivacy:
     """Token → what the vault said it stands for, in this run."""
     _verbatim: dict[str, str] = field(default_factory=dict[str, str])
     """Sensitive values (the first ``MAX_VERBATIM``) → their kind: found as written, wherever they stand."""
+    _secrets: set[str] = field(default_factory=set[str])
+    """Values of the secret-named fields of this run's results (``SECRET_FIELD``): ``[SECRET]`` wherever they are."""
     _lock: threading.RLock = field(default_factory=threading.RLock)
     """A large result is harvested, and a large output masked, in a worker thread while the run goes on."""
 
     # ----- on the way in: what the tools said ---------------------------------------------------------------
 
     def harvest(self, server: str, value: Any) -> None:
-        """Note the personal data in one result (or error message) of ``server`` on its way to the script."""
-        if self.book.active:
-            with self._lock:
+        """Note the personal data in one result (or error message) of ``server`` on its way to the script, and
+        (whatever the config) the secrets its fields name (``SECRET_FIELD``: ``password``, ``api_key``, …)."""
+        with self._lock:
+            for secret in _secret_fields(value):
+                if len(self._secrets) < MAX_VERBATIM:
+                    self._secrets.add(secret)
+            if self.book.active:
                 self._harvest(server, value)
 
     def _harvest(self, server: str, value: Any) -> None:
@@ -206,6 +212,10 @@ class RunPrivacy:
     def _mask_text(self, text: str) -> str:
         book = self.book
         covered = book.secrets.find(text)  # sorted, merged
+        for secret in self._secrets:  # what a result's secret-named fields held, wherever it is printed
+            for start in _occurrences(text, secret):
+                if not _overlaps(covered, start, start + len(secret)):
+                    bisect.insort(covered, (start, start + len(secret)))
         spans: list[tuple[int, int, Found | None]] = [(start, end, None) for start, end in covered]
         if book.active:
             if self._verbatim:  # known values first, even glued to other text (a file name, an extension)
@@ -511,6 +521,42 @@ FIELDS: dict[str, re.Pattern[str]] = {
 }
 """Field names (``-`` read as ``_``, any case) whose string value is a value of that kind, in a tokenizing server's
 results, whatever its shape."""
+
+
+SECRET_FIELD = re.compile(
+    r".*(password|passwd|passphrase|secret|apikey|accesskey|privatekey|credential|authorization|signingkey)"
+    r".*|(.*token|token.*)",
+    re.IGNORECASE,
+)
+"""A field name (lower case, ``-``, ``_``, ``.`` and spaces removed) whose string value in any server's results is
+a secret: ``password``, ``client_secret``, ``api_key``, ``X-Api-Key``, ``accessToken``, ``refresh_token``,
+``private_key``; not ``max_tokens``/``tokens`` (counts), nor ``author``."""
+MIN_SECRET_FIELD = 8
+_NAME_SEPARATORS = str.maketrans("", "", "-_. ")
+
+
+def _secret_fields(value: Any) -> Iterable[str]:
+    """The string values (of ``MIN_SECRET_FIELD`` characters or more, with no space but after a scheme such as
+    ``Bearer``) under keys ``SECRET_FIELD`` names, at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for k, v in item.items():  # pyright: ignore[reportUnknownVariableType]
+                if isinstance(v, str):
+                    name = str(k).lower().translate(_NAME_SEPARATORS)  # pyright: ignore[reportUnknownArgumentType]
+                    text = v.strip()
+                    if name.endswith("tokens") or len(text) < MIN_SECRET_FIELD or not SECRET_FIELD.fullmatch(name):
+                        continue
+                    scheme, _, rest = text.partition(" ")
+                    if not rest:
+                        yield text
+                    elif scheme.lower() in ("bearer", "basic", "token") and " " not in rest.strip():
+                        yield rest.strip()
+                else:
+                    stack.append(v)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _field_value(kind: str, value: str) -> bool:
