@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import shutil
 import socket
-import stat
 import sys
 import threading
 import time
@@ -38,7 +36,7 @@ from typing import Any, cast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cm_os import PR_SET_DUMPABLE, prctl, set_name
+from cm_os import PR_SET_DUMPABLE, prctl, set_name, wipe
 from cm_protocol import Channel, Output
 from cm_runtime import DEFAULT_MAX_OUTPUT, FLUSH_SECONDS, jsonable, list_files, tool_arguments
 
@@ -69,31 +67,6 @@ PARALLEL_MISUSE = (
 )
 MAX_SUSPENSIONS = 1_000_000
 """Tool calls, sleeps and other host round trips of one run (Monty's default is 1000)."""
-
-
-def wipe(directory: str) -> None:
-    """Remove everything in ``directory``, including what a script made unwritable."""
-
-    def retry(function: Any, path: str, _: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(path), stat.S_IRWXU)
-            function(path)
-        except OSError:
-            pass
-
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return
-    for entry in entries:
-        path = os.path.join(directory, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, onerror=retry)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 # ----- the await rule ----------------------------------------------------------------------------------------

@@ -24,7 +24,10 @@ import ctypes
 import errno
 import os
 import resource
+import shutil
+import stat
 import struct
+from typing import Any
 
 # typing, functools, platform and signal (enum) stay unimported: this runs before every Deno worker starts.
 SIGKILL = 9
@@ -224,3 +227,30 @@ def install_seccomp() -> bool:
     if _libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
     return True
+
+
+def wipe(directory: str) -> None:
+    """Remove everything in ``directory``, including what a script made unwritable."""
+
+    def retry(function: Any, path: str, _: Any) -> None:
+        try:
+            os.chmod(os.path.dirname(path), stat.S_IRWXU)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, stat.S_IRWXU)
+            function(path)
+        except OSError:
+            pass
+
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        path = os.path.join(directory, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, onerror=retry)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -29,10 +29,8 @@ import gc
 import importlib
 import json
 import os
-import shutil
 import signal
 import socket
-import stat
 import sys
 from typing import Any
 
@@ -49,37 +47,11 @@ from cm_os import (
     join_cgroup,
     prctl,
     set_name,
+    wipe,
     yield_to_the_server,
 )
 from cm_protocol import Channel, Output
 from cm_runtime import DEFAULT_MAX_OUTPUT, jsonable, list_files
-
-
-def _wipe(directory: str) -> None:
-    """Remove everything in ``directory``, including what a script made unwritable."""
-
-    def retry(function: Any, path: str, _: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(path), stat.S_IRWXU)
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, stat.S_IRWXU)
-            function(path)
-        except OSError:
-            pass
-
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return
-    for entry in entries:
-        path = os.path.join(directory, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, onerror=retry)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 def _exit_status(status: int) -> str:
@@ -284,10 +256,10 @@ def main() -> None:
         _, status = os.waitpid(pid, 0)
         reap(pid)
         control.send({"op": "exit", "status": _exit_status(status)})
-        _wipe(workspace)
+        wipe(workspace)
         if args.pidns:
-            _wipe("/tmp")
-            _wipe("/dev/shm")
+            wipe("/tmp")
+            wipe("/dev/shm")
         pending = prefork()
         control.send({"op": "ready", "child": pending[0]})
 
