@@ -52,6 +52,7 @@ from mcp_code_mode.server import build_server
 from ..conftest import CACHE_DIR
 from ..fixtures.pii_crm_server import CUSTOMERS, LEDGER, crm_entry
 from ..fixtures.pii_mail_server import mail_entry
+from .test_governance import SharedEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -236,23 +237,6 @@ class RecordingTransport(AbstractAsyncContextManager[TransportStreams]):
 
 
 # ----- the engine, the clients and the people behind them ---------------------------------------------------
-
-
-class SharedEngine(CodeMode):
-    """An engine several in-process clients share: the first enter starts it, the last exit stops it."""
-
-    users: int = 0
-
-    async def __aenter__(self) -> Self:
-        self.users += 1
-        if self.users == 1:
-            await super().__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.users -= 1
-        if self.users == 0:
-            await super().__aexit__(*exc_info)
 
 
 @dataclass
