@@ -49,18 +49,26 @@ conformance: install
 inspector: install
 	$(BIN)/python scripts/inspector_check.py
 
-# Benchmarks (bench/): every section in turn, about 5 minutes; rewrites bench/RESULTS.md. The peer
-# mcp-run-python (PyPI) goes into its own virtualenv in .tools/peers (it pins another mcp than ours);
-# if it cannot be installed, the latency section records that instead of a figure.
+# Benchmarks (bench/): every section in turn, about 10 minutes; rewrites bench/RESULTS.md. The peers
+# go into virtualenvs of their own in .tools/peers (each pins another mcp than ours): mcp-run-python
+# (PyPI) in .tools/peers, FastMCP with its CodeMode extra in .tools/peers/fastmcp. If one cannot be
+# installed, the sections that run it record that instead of a figure.
 PEERS := .tools/peers
 PEERS_STAMP := $(PEERS)/.installed
+FASTMCP_PEER := $(PEERS)/fastmcp
+FASTMCP_STAMP := $(FASTMCP_PEER)/.installed
 
 $(PEERS_STAMP):
 	$(PYTHON) -m venv $(PEERS)
 	if $(PEERS)/bin/python -m pip install --quiet 'mcp-run-python==0.0.22'; then touch $@; \
 	else echo "mcp-run-python could not be installed: bench/latency.py will say so"; fi
 
-bench: install $(PEERS_STAMP)
+$(FASTMCP_STAMP):
+	$(PYTHON) -m venv $(FASTMCP_PEER)
+	if $(FASTMCP_PEER)/bin/python -m pip install --quiet 'fastmcp[code-mode]==4.1.6'; then touch $@; \
+	else echo "fastmcp[code-mode] could not be installed: the benchmarks will say so"; fi
+
+bench: install $(PEERS_STAMP) $(FASTMCP_STAMP)
 	$(BIN)/python bench/run_all.py
 
 lint: install
