@@ -39,7 +39,7 @@ STATE = ROOT / ".tools" / "bench"
 FIXTURE = ROOT / "tests" / "fixtures" / "fixture_server.py"
 NODE_BIN = ROOT / "node_modules" / ".bin"
 EXECUTABLE = Path(sys.executable).parent / "mcp-code-mode"
-RUNNERS = ("local", "cpython", "pyodide", "deno")
+RUNNERS = ("local", "cpython", "pyodide", "deno", "monty")
 
 
 # ----- statistics -------------------------------------------------------------------------------
@@ -310,7 +310,11 @@ def server_env(cache_dir: Path, **settings: str | int) -> dict[str, str]:
 
 
 def engine_settings(cache_dir: Path, **overrides: Any) -> Any:
-    """``Settings`` for an engine in this process, with the same directories as ``server_env``."""
+    """``Settings`` for an engine in this process, with the same directories as ``server_env``.
+
+    Every runner is eager (``CODE_MODE_EAGER_RUNNERS=all``, where the server has that setting): the sections
+    that use an engine in this process measure warm runners; start-up as it is by default is ``startup.py``'s.
+    """
     from mcp_code_mode.config import Settings
 
     values: dict[str, Any] = {
@@ -319,6 +323,8 @@ def engine_settings(cache_dir: Path, **overrides: Any) -> Any:
         "deno_dir": STATE / "deno",
         "log_level": "WARNING",
     }
+    if "eager_runners" in Settings.model_fields:
+        values["eager_runners"] = "all"
     return Settings(**(values | overrides))
 
 

@@ -4,10 +4,11 @@
     .venv/bin/python bench/memory.py
 
 ``mcp-code-mode serve`` (no downstream servers) is started twice through a stdio client: with the
-default pool sizes (local 2, cpython 1, deno 2, pyodide 1) and with larger ones (local 4, cpython 3,
-deno 4, pyodide 2). Each runner runs ``print(1)`` once; then, once the process tree has settled (the
-expected number of workers, total PSS steady), each process's memory is read from
-``/proc/<pid>/smaps_rollup``. The tree is sampled every 0.25 s from start to end for the peak.
+default pool sizes (local 2, cpython 1, deno 2, pyodide 1, monty 1) and with larger ones (local 4,
+cpython 3, deno 4, pyodide 2, monty 2). Each runner runs ``print(1)`` once (a pool that starts on first
+use has started then); then, once the process tree has settled (the expected number of workers, total
+PSS steady), each process's memory is read from ``/proc/<pid>/smaps_rollup``. The tree is sampled
+every 0.25 s from start to end for the peak.
 
 PSS (proportional set size) is what is reported: a page shared by k processes counts 1/k in each, so
 the zygote workers' shared pages (copy-on-write after fork, the same interpreter and libraries) are
@@ -45,9 +46,15 @@ from common import (
     write_config,
 )
 
-DEFAULT = {"local": 2, "cpython": 1, "deno": 2, "pyodide": 1}
-LARGER = {"local": 4, "cpython": 3, "deno": 4, "pyodide": 2}
-MARKERS = (("pyodide", "pyodide_worker"), ("deno", "deno_worker"), ("cpython", "worker.py cpython"))
+DEFAULT = {"local": 2, "cpython": 1, "deno": 2, "pyodide": 1, "monty": 1}
+LARGER = {"local": 4, "cpython": 3, "deno": 4, "pyodide": 2, "monty": 2}
+MARKERS = (
+    ("pyodide", "pyodide_worker"),
+    ("deno", "deno_worker"),
+    ("cpython", "worker.py cpython"),
+    ("monty", "cm_monty.py"),
+)
+KINDS = ("local", "cpython", "deno", "pyodide", "monty")
 
 
 def kind(commands: str) -> str:
@@ -85,6 +92,7 @@ async def measure_server(sizes: dict[str, int], folder: Path) -> dict[str, Any]:
         pool_size=sizes["local"],
         cpython_pool_size=sizes["cpython"],
         pyodide_pool_size=sizes["pyodide"],
+        monty_pool_size=sizes["monty"],
     )
     assert sizes["deno"] == sizes["local"], "local and deno share CODE_MODE_POOL_SIZE"
     peak = {"pss": 0, "rss": 0}
@@ -141,13 +149,13 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
     table = section.table(
         "The server with warm pools (no downstream servers). PSS from /proc/<pid>/smaps_rollup, summed over "
         "each subtree; RSS beside it.",
-        ["pools (local, cpython, deno, pyodide)", "part", "workers (processes)", "PSS", "RSS"],
+        ["pools (" + ", ".join(KINDS) + ")", "part", "workers (processes)", "PSS", "RSS"],
     )
     for sizes, result in ((DEFAULT, small), (LARGER, large)):
-        label = ", ".join(str(sizes[r]) for r in ("local", "cpython", "deno", "pyodide"))
+        label = ", ".join(str(sizes[r]) for r in KINDS)
         server = result["server"]
         table.rows.append([label, "server process", "1", mib(server["pss"]), mib(server["rss"])])
-        for name in ("local", "cpython", "deno", "pyodide", "other"):
+        for name in (*KINDS, "other"):
             group = result["groups"].get(name)
             if group:
                 table.rows.append(
@@ -176,7 +184,7 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         "Per extra warm worker: (PSS with the larger pools - PSS with the defaults) / extra workers.",
         ["runner", "extra workers", "PSS per extra worker", "PSS per worker (larger pools, average)"],
     )
-    for name in ("local", "cpython", "deno", "pyodide"):
+    for name in KINDS:
         more = LARGER[name] - DEFAULT[name]
         a, b = small["groups"].get(name, {}), large["groups"].get(name, {})
         per = (b.get("pss", 0) - a.get("pss", 0)) / more
@@ -184,7 +192,8 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         extra.rows.append([name, str(more), mib(per), mib(average)])
     section.notes.append(
         "A local or cpython worker is a bubblewrap sandbox around a zygote (bubblewrap's processes and the "
-        "zygote); a deno or pyodide worker is a Deno process. Downstream servers, if configured, would be "
+        "zygote); a deno or pyodide worker is a Deno process; a monty worker is a small Python process and its "
+        "`monty` interpreter process, in one sandbox. Downstream servers, if configured, would be "
         "further children of the server."
     )
 
