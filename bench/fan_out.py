@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""13. Fan-out: N calls of a tool that waits 0.3 s from one script, per runner and idiom, and FastMCP's CodeMode.
+"""14. Fan-out: N calls of a tool that waits 0.3 s from one script, per runner and idiom, and FastMCP's CodeMode.
 
     .venv/bin/python bench/fan_out.py [--calls 20 100] [--limits 16 32] [--reps 2]
 
@@ -177,7 +177,7 @@ def main() -> int:
     cli.add_argument("--calls", nargs="+", type=int, default=[20, 100], help="calls per script (default 20 100)")
     cli.add_argument("--limits", nargs="+", type=int, default=[DEFAULT_LIMIT, 32], help="per-run bounds to compare")
     cli.add_argument("--reps", type=int, default=2)
-    section = Section("fan_out", "13. Fan-out", "")
+    section = Section("fan_out", "14. Fan-out", "")
     return run_section(measure, section, cli.parse_args())
 
 

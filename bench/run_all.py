@@ -40,8 +40,10 @@ SECTIONS = [
     "pii_detection",
     "pii",
     "tool_search",
+    "fan_out",
+    "startup",
 ]
-BUDGET_SECONDS = 300
+BUDGET_SECONDS = 600
 SECTION_TIMEOUT = 600
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""12. Tool search quality: rankings of ``search_tools`` side by side on the labelled set, and their cost.
+"""13. Tool search quality: rankings of ``search_tools`` side by side on the labelled set, and their cost.
 
     .venv/bin/python bench/tool_search.py [--large 10000] [--rounds 3]
 
@@ -357,7 +357,7 @@ def main() -> int:
     cli = parser(__doc__)
     cli.add_argument("--large", type=int, default=10_000, help="tools in the large catalogue")
     cli.add_argument("--rounds", type=int, default=3, help="times each query is searched")
-    section = Section("tool_search", "12. Tool search quality", "")
+    section = Section("tool_search", "13. Tool search quality", "")
     return run_section(measure, section, cli.parse_args())
 
 
