@@ -357,8 +357,8 @@ class PyodideRunner(Declared):
             default_profile=profile,
         )
         self._target_size = settings.pyodide_pool_size
-        self._prepared = False
-        self._preparing = anyio.Lock()
+        self._prepared = anyio.Event()
+        self._preparing = False
 
     @property
     def pool(self) -> WorkerPool:
@@ -368,7 +368,8 @@ class PyodideRunner(Declared):
         await self.workers.start()
         if self._target_size > 0:  # warm up in the background: the server serves meanwhile
             assert self.workers.task_group is not None
-            self.workers.task_group.start_soon(self._prepare)
+            self._preparing = True
+            self.workers.task_group.start_soon(self._make_ready)
 
     async def aclose(self) -> None:
         await self.workers.aclose()
@@ -377,25 +378,32 @@ class PyodideRunner(Declared):
         self.workers.set_stubs(stubs)
 
     async def _prepare(self) -> None:
-        """Make the snapshot if needed, then fill the pool. Once; a run that comes first waits for it."""
-        async with self._preparing:
-            if self._prepared:
-                return
-            try:
-                if self.problem is None:
-                    await ensure_snapshot(self.setup, self.packages)
-                    tg = self.workers.task_group
-                    assert tg is not None
-                    # The first interpreter starts alone: the first run after start waits only for it.
-                    self.workers.resize(min(1, self._target_size))
-                    await self.workers.start_default()
-                    tg.start_soon(self._grow)
-            except RunnerError as exc:
-                self.problem = str(exc)
-            finally:
-                self._prepared = True
-            if self.problem is not None:
-                logger.warning("pyodide runner unavailable: %s", self.problem)
+        """Wait until the snapshot exists and the pool fills (or the runner failed). The work is done once, in
+        the runner's own task group: a caller that stops waiting (a warm-up timeout, a cancelled run) does
+        not cancel it, and the next caller waits for the same."""
+        tg = self.workers.task_group
+        assert tg is not None, "the runner is not started"
+        if not self._preparing:
+            self._preparing = True
+            tg.start_soon(self._make_ready)
+        await self._prepared.wait()
+
+    async def _make_ready(self) -> None:
+        try:
+            if self.problem is None:
+                await ensure_snapshot(self.setup, self.packages)
+                tg = self.workers.task_group
+                assert tg is not None
+                # The first interpreter starts alone: the first run after start waits only for it.
+                self.workers.resize(min(1, self._target_size))
+                await self.workers.start_default()
+                tg.start_soon(self._grow)
+        except RunnerError as exc:
+            self.problem = str(exc)
+        finally:
+            self._prepared.set()
+        if self.problem is not None:
+            logger.warning("pyodide runner unavailable: %s", self.problem)
 
     async def ready(self) -> None:
         if self._target_size == 0:
