@@ -273,6 +273,13 @@ async def _flushing_asyncio_sleep(delay: float, result: Any = None) -> Any:
     return await _asyncio_sleep(delay, result)
 
 
+def add_wheel(path: str) -> None:
+    """Make a pure-Python wheel importable where it lies (``zipimport``, after site-packages): nothing is
+    unpacked, and its modules are read only when a script imports them."""
+    if path not in sys.path:
+        sys.path.append(path)
+
+
 def install_wheels(paths: list[str]) -> list[str]:
     """Unpack pure-Python wheels (resolved by the host) into site-packages; returns their names."""
     import site

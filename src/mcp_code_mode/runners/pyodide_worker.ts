@@ -9,7 +9,7 @@
 // interpreter's memory, not its file system: files are added after a restore.)
 //
 // `serve` restores an interpreter from the snapshot, mounts the current directory (the run's
-// workspace) at /workspace and the wheel cache at /wheels, unpacks micropip from its wheel, says
+// workspace) at /workspace and the wheel cache at /wheels, puts micropip's wheel on `sys.path`, says
 // `ready`, and serves exactly one run over the bridge protocol of
 // `mcp_code_mode.bridge` (JSON lines on stdin/stdout), then exits: every run gets a fresh
 // interpreter, and nothing carries over. The host keeps a few of these waiting. The line reader and
@@ -306,7 +306,8 @@ async function serve(dir: string, snapshotPath: string, wheelsDir: string, packa
   pyodide.unregisterJsModule("pyodide_js");
   const codemode = pyodide.pyimport("_codemode");
   if (micropip.length > 0) {
-    (codemode.install_wheels as AnyFunction)(pyodide.toPy([`/wheels/${micropip.sort().pop()}`]));
+    // Imported from its wheel where it lies (zipimport): nothing is unpacked into each interpreter.
+    (codemode.add_wheel as AnyFunction)(`/wheels/${micropip.sort().pop()}`);
   }
 
   // Python's main loop (`_codemode.serve`) is entered once, now, and waits for its run suspended in
