@@ -37,6 +37,21 @@ atexit.register(shutil.rmtree, CACHE_DIR, ignore_errors=True)
 os.environ["CODE_MODE_CACHE_DIR"] = str(CACHE_DIR)
 
 
+_enter = CodeMode.__aenter__
+
+
+async def _enter_settled(self: CodeMode) -> CodeMode:
+    """In tests, entering an engine also waits for its downstream servers and its eager runners' first warm
+    worker (what start-up itself no longer waits for): a test's first run then starts from a known state, as it
+    would a while after the server started. Tests of start-up itself spawn the server (tests/e2e/test_startup.py)."""
+    await _enter(self)
+    await self.ready(self.hosts.eager)
+    return self
+
+
+CodeMode.__aenter__ = _enter_settled
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"

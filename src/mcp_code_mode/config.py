@@ -171,7 +171,12 @@ class Settings(BaseModel):
     pool_size: int = Field(default=2, ge=0)
     """Warm worker processes kept waiting per runner."""
     warmup_timeout: float = Field(default=15.0, ge=0)
-    """Seconds start-up waits for each runner's first warm worker before serving (0: do not wait)."""
+    """Seconds an eager runner may take, in the background after start-up, to have its first warm worker (0: an
+    eager runner is started but not warmed); ``CodeMode.ready()`` waits at most this long for every runner."""
+    eager_runners: str = "default"
+    """Runners started, and warmed, when the server starts (``CODE_MODE_EAGER_RUNNERS``): ``default`` (the
+    default Python runner), ``all``, ``none``, or runner names separated by commas. Every other runner starts on
+    its first run, which then waits for a worker's start (its pool stays empty until then)."""
     tool_timeout: float = Field(default=60.0, gt=0)
     """Seconds allowed for a downstream server to start and for each tool call, unless its entry sets ``timeout``."""
     workspace_dir: Path | None = None

@@ -163,6 +163,9 @@ def describe_servers(engine: CodeMode) -> str:
         head = f"- {spec.namespace}"
         if spec.description:
             head += f": {first_sentence(spec.description, 100)}"
+        if status.get("state") == "starting":
+            lines.append(f"{head} (starting: get_tool_stubs and search_tools wait for its tools)")
+            continue
         if status.get("state") != "ready":
             reason = status.get("error") or status.get("state") or "unknown"
             lines.append(f"{head} (not available: {first_sentence(str(reason), 120)})")

@@ -385,6 +385,7 @@ def build_server(
     ) -> str:
         """Stubs of tools as the sandbox defines them (all if no names or server)."""
         with tool_errors():
+            anyio.from_thread.run(engine.settled)  # servers still starting list their tools first
             servers = [server] if server else None
             return engine.policy_notes(language, servers, names) + engine.stubs(language, servers, names)
 
@@ -515,6 +516,7 @@ def register_search_tool(server: CodeModeServer, engine: CodeMode) -> None:
     ) -> Json:
         """Find tools by what they do, best first."""
         with tool_errors():
+            anyio.from_thread.run(engine.settled)  # servers still starting list their tools first
             return engine.search_tools(query, server=server, detail=detail, limit=limit)
 
 

@@ -76,4 +76,5 @@ async def engine(shared_dirs: dict[str, Path]) -> AsyncIterator[CodeMode]:
         warmup_timeout=120,
     )
     async with CodeMode(config) as cm:
+        await cm.ready()  # every runner warm: each case times its own run, not a worker's start
         yield cm

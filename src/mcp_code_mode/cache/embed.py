@@ -92,6 +92,11 @@ class StaticEmbedder:
         self._table: npt.NDArray[Any] | None = None
         self._tokenizer: Any = None
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (the script store embeds what it stores only then: a search loads it)."""
+        return self._table is not None
+
     def load(self) -> None:
         """Open the tokenizer and map the weights (about 0.1 s); ``embed`` calls it on first use."""
         with self._lock:

@@ -7,8 +7,8 @@
   newer than this build knows is renamed to ``<name>.<reason>-<time>`` (with its WAL), reported in
   ``problems`` and the log, and a new file is started. Nothing is overwritten.
 - Vectors are stored as ``float32`` BLOBs with the model's name and loaded into a ``VectorIndex``
-  once per process; scripts stored without a vector (or with another model's) are embedded on the
-  next search.
+  once per process; scripts stored without a vector (or with another model's, or before the model was
+  loaded: storing never loads it) are embedded on the next search.
 """
 
 from __future__ import annotations
@@ -172,8 +172,11 @@ class ScriptStore:
         return self.put_many([script], count_lookups=int(count_lookup))[0]
 
     def put_many(self, scripts: Sequence[NewScript], *, count_lookups: int = 0) -> list[StoredScript]:
-        """Store several runs in one transaction (embedded in one batch)."""
-        vectors = self._embed([search_text(s.description, s.code, [t.name for t in s.tools]) for s in scripts])
+        """Store several runs in one transaction (embedded in one batch once the model is loaded; until the first
+        search loads it, they are stored without a vector and that search embeds them)."""
+        loaded = getattr(self.embedder, "loaded", True)
+        texts = [search_text(s.description, s.code, [t.name for t in s.tools]) for s in scripts] if loaded else []
+        vectors = self._embed(texts)
         now = time.time()
 
         def body(conn: sqlite3.Connection) -> list[int]:

@@ -2,8 +2,11 @@
 
 Each server's connection lives in its own task inside the pool's task group, so that the SDK's
 context managers are entered and left in one task. Servers start concurrently; one that fails is
-reported and the others serve. A server that dies is restarted on the next call to it, and the call
-in flight fails with ``ServerUnavailable`` naming it.
+reported and the others serve. Entering the pool waits for every server's start, unless it is made with
+``background=True``: then servers connect while the pool is already in use, a call to a server still
+starting waits for it (bounded by its start-up timeout), and ``settled`` waits for the servers a caller
+needs. A server that dies is restarted on the next call to it, and the call in flight fails with
+``ServerUnavailable`` naming it.
 """
 
 from __future__ import annotations
@@ -129,8 +132,10 @@ class ToolPool:
         *,
         default_timeout: float = 60.0,
         on_change: Callable[[], None] | None = None,
+        background: bool = False,
     ) -> None:
         self._servers = {name: DownstreamServer(config) for name, config in servers.items()}
+        self._background = background
         self._env = env
         self._default_timeout = default_timeout
         self._on_change = on_change
@@ -152,15 +157,33 @@ class ToolPool:
                     server.ready.set()
                     continue
                 self._tg.start_soon(self._connection, server)
-            for server in self._servers.values():
-                await server.ready.wait()
-            for server in self._servers.values():
-                if server.state == "failed":
-                    logger.warning("downstream server %r failed to start: %s", server.name, server.error)
-                elif server.state == "ready":
-                    logger.info("downstream server %r ready with %d tools", server.name, len(server.tools))
+            if self._background:
+                self._tg.start_soon(self._report_start)
+            else:
+                await self._report_start()
             self._exit_stack = stack.pop_all()
         return self
+
+    async def _report_start(self) -> None:
+        for server in self._servers.values():
+            await server.ready.wait()
+        for server in self._servers.values():
+            if server.state == "failed":
+                logger.warning("downstream server %r failed to start: %s", server.name, server.error)
+            elif server.state == "ready":
+                logger.info("downstream server %r ready with %d tools", server.name, len(server.tools))
+
+    def starting(self) -> list[str]:
+        """Servers whose first start is still under way."""
+        return [name for name, server in self._servers.items() if server.state == "starting"]
+
+    async def settled(self, names: Iterable[str] | None = None) -> None:
+        """Return once each named server (all when None) has started or failed to: each is bounded by its own
+        start-up timeout, which its connection enforces."""
+        for name in list(self._servers) if names is None else names:
+            server = self._servers.get(name)
+            if server is not None and server.state == "starting":
+                await server.ready.wait()
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._exit_stack is not None:
@@ -321,6 +344,8 @@ class ToolPool:
             raise DownstreamError(server, f"no such server (configured: {known})")
         if entry.state == "disabled":
             raise ServerUnavailable(server, "the server is disabled in the config")
+        if entry.state == "starting":  # its first start (or a restart) is under way: it ends within its timeout
+            await entry.ready.wait()
         if entry.state != "ready" or entry.client is None:
             recently_failed = (
                 entry.state == "failed"

@@ -15,9 +15,9 @@ import dataclasses
 import logging
 import re
 import sqlite3
-import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,14 @@ from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
-from ..errors import UnsupportedError
+from ..errors import ConfigError, UnsupportedError
 from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
-from ..runners.registry import build_runners, default_runners
+from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import detect_sandbox
 from ..stubs import StubIndex
 from ..validate import oversize
@@ -50,6 +50,7 @@ from ._gate import RunGate, RunMode
 from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, plan_run, resolve, validate_packages
+from ._runners import RunnerHosts, eager_names
 from ._stubs import StubBook
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class CodeMode:
     def __init__(self, config: CodeModeConfig) -> None:
         self.config = config
         settings = config.settings
-        self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout)
+        self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout, background=True)
+        """The downstream servers; they connect in the background once the engine is entered (``settled``)."""
         self.sandbox = detect_sandbox(settings)
         self.egress = settings.egress_policy()
         """The server's egress policy; a run's ``allowNetworking`` list narrows it."""
@@ -95,6 +97,13 @@ class CodeMode:
         self.defaults = default_runners(settings)  # ConfigError for an unknown CODE_MODE_PYTHON_RUNNER
         self.runners: dict[str, Runner]
         self.runners, self.unavailable_runners = build_runners(settings, self.sandbox, self.whitelist)
+        self.hosts = RunnerHosts(
+            self.runners,
+            eager=_eager(settings.eager_runners, self.runners, self.defaults, self.unavailable_runners),
+            warmup_timeout=settings.warmup_timeout,
+        )
+        """Each runner started on first use, or with the engine when eager (``CODE_MODE_EAGER_RUNNERS``)."""
+        self._stack: contextlib.AsyncExitStack | None = None
         self._stubs = StubBook(self.pool)
         self._stubs_for = -1
         self.embedder = make_embedder(settings.cache_embedder)
@@ -124,26 +133,24 @@ class CodeMode:
         return self.config.settings
 
     async def __aenter__(self) -> CodeMode:
-        started: list[Runner] = []
+        """Open the cache and the audit log, and start what runs in the background: the downstream servers'
+        connections and the eager runners. It returns without waiting for either (``ready`` waits)."""
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
         if self.settings.pii_vault == "database":
             await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
-        load = getattr(self.embedder, "load", None)
-        if load is not None:  # read the model's weights now, off the first run's path (~0.5 s)
-            threading.Thread(target=load, name="embedder-load", daemon=True).start()
+        stack = contextlib.AsyncExitStack()
         try:
-            for runner in self.runners.values():
-                await runner.start()
-                started.append(runner)
-            await self.pool.__aenter__()
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.push_async_callback(self.hosts.aclose)  # left after the servers: last started, first closed
+            await stack.enter_async_context(self.pool)
+            self.hosts.open(tg)
         except BaseException:
-            for runner in reversed(started):  # each runner holds a task group: leave them in LIFO order
-                await runner.aclose()
-            self.scripts.close()
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            self._close_stores()
             raise
-        self._refresh()
-        await self._warm_up()
+        self._stack = stack
         described = self.sandbox.describe()
         logger.info(
             "isolation in force: %s%s",
@@ -152,37 +159,42 @@ class CodeMode:
         )
         return self
 
-    async def _warm_up(self) -> None:
-        """Wait (at most ``warmup_timeout``) until every runner has a warm worker: the first run after
-        start-up then pays no interpreter start (for Pyodide, a snapshot restore of about a second)."""
-        timeout = self.settings.warmup_timeout
-        if timeout <= 0:
+    async def ready(self, runners: Iterable[str] | None = None) -> None:
+        """Wait until every downstream server has started (or failed to), each within its start-up timeout, and
+        each runner (all, or the named ones; started if need be) has a warm worker, within ``warmup_timeout``:
+        what a benchmark or a test that times warm runs waits for. Serving never needs it."""
+        await self.pool.settled()
+        self._refresh()
+        await self.hosts.ready(runners)
+
+    async def settled(self, code: str | None = None) -> None:
+        """Wait for the downstream servers still starting (each within its start-up timeout): all of them, or the
+        ones whose name or namespace ``code`` names."""
+        starting = self.pool.starting()
+        if not starting:
             return
-        started = time.monotonic()
-        with anyio.move_on_after(timeout) as scope:
-            async with anyio.create_task_group() as tg:
-                for runner in self.runners.values():
-                    tg.start_soon(runner.ready)
-        if scope.cancelled_caught:
-            logger.warning("start-up: not every runner had a warm worker after %.0f s; serving anyway", timeout)
-        else:
-            logger.info("start-up: warm workers ready in %.2f s", time.monotonic() - started)
+        if code is not None:
+            names = {spec.name: spec.namespace for spec in self._stubs.index.servers}
+            starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n))]
+        await self.pool.settled(starting)
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
-            await self.pool.__aexit__(*exc_info)
+            if self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
         finally:
-            # Last started, first closed: each runner's task group is nested in the previous one's.
-            for runner in reversed(self.runners.values()):
-                await runner.aclose()
             self.sandbox.close()
-            self.scripts.close()
-            if self._audit_writer is not None:
-                self._audit_writer.close()
-            if self.audit is not None:
-                self.audit.close()
-            self.tool_search.close()
-            self.privacy.vault.close()
+            self._close_stores()
+
+    def _close_stores(self) -> None:
+        self.scripts.close()
+        if self._audit_writer is not None:
+            self._audit_writer.close()
+        if self.audit is not None:
+            self.audit.close()
+        self.tool_search.close()
+        self.privacy.vault.close()
 
     def _open_audit(self) -> None:
         try:
@@ -339,6 +351,7 @@ class CodeMode:
             egress=self.egress,
         )
         chosen = plan.runner
+        await self.settled(code)  # the servers it names that are still starting
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
         approved = await self._approved_calls(approve_plan, mode, keyed.key, client)
@@ -355,6 +368,7 @@ class CodeMode:
             if on_progress is not None:
                 await on_progress(RunProgress(time.perf_counter() - started, 0))
             return hit
+        chosen = await self.hosts.get(chosen.name)  # started on its first run (RunnerError if it cannot start)
         prepared = await prepare(plan, self.environments)
         if prepared.error is not None:
             return RunResult(
@@ -517,6 +531,8 @@ class CodeMode:
         if refused is not None:
             return refused
         requirements = validate_packages(lang, packages or [], self.whitelist)
+        await self.settled(code)
+        chosen = await self.hosts.get(chosen.name)
         request = CheckRequest(
             code=code,
             language=lang,
@@ -651,6 +667,22 @@ _STUB_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(")
 """``namespace.tool(`` as a script calls a stub."""
 _NAMED_CALL = re.compile(r"\b(call_tool|callTool)\s*\(\s*[\"']([^\"']+)[\"']\s*,\s*[\"']([^\"']+)[\"']")
 """``call_tool("server", "tool", ...)`` with literal names."""
+
+
+def _names_word(code: str, word: str) -> bool:
+    return re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", code) is not None
+
+
+def _eager(
+    setting: str, runners: dict[str, Runner], defaults: dict[str, str], unavailable: dict[str, str]
+) -> frozenset[str]:
+    """``CODE_MODE_EAGER_RUNNERS`` as runner names (``ConfigError`` naming the valid ones for an unknown name)."""
+    chosen = eager_names(setting, runners, defaults)
+    unknown = sorted(chosen - set(names()))
+    if unknown:
+        valid = ", ".join(["default", "all", "none", *names()])
+        raise ConfigError(f"CODE_MODE_EAGER_RUNNERS names no runner {', '.join(unknown)} (valid: {valid})")
+    return frozenset(n for n in chosen if n not in unavailable)
 
 
 def _jsonable(value: Any) -> Any:
