@@ -24,9 +24,9 @@ Whatever the server does when it starts (pools started at once or on first use, 
 connected before or after ``initialize``) is what is measured: nothing is assumed.
 
 In the same repetition, FastMCP's CodeMode proxying the fixture server (``bench/fastmcp_peer.py``): spawn →
-``initialize``, its tree's PSS once settled (the fixture server left out), its first ``return 1``. Once per
-run: a fresh Python process holding a warm ``pydantic_monty.Monty`` pool after 50 ``return 1``, and one
-holding a smolagents ``LocalPythonExecutor`` after 50 ``print(1)`` (``peers.footprint``).
+``initialize``, its tree's PSS once settled (the fixture server left out), its first ``return 1``, its PSS
+settled again. Once per run: a fresh Python process holding a warm ``pydantic_monty.Monty`` pool after 50
+``return 1``, and one holding a smolagents ``LocalPythonExecutor`` after 50 ``print(1)`` (``peers.footprint``).
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ async def ours_idle(folder: Path, runners: tuple[str, ...] = RUNNERS, **settings
 
 
 async def fastmcp_start(folder: Path) -> dict[str, Any]:
-    """FastMCP's CodeMode: spawn → initialize, its settled tree (fixture server left out), first ``return 1``."""
+    """FastMCP's CodeMode: spawn → initialize, its settled tree (fixture server left out), first ``return 1``,
+    its tree settled again."""
     with (folder / "fastmcp.log").open("w+", encoding="utf-8", errors="replace") as errlog:
         try:
             with anyio.fail_after(120):
@@ -191,9 +192,10 @@ async def fastmcp_start(folder: Path) -> dict[str, Any]:
                     elapsed, text = await timed(lambda: fastmcp_execute(client, "return 1"))
                     if text.strip() != "1":
                         raise RuntimeError(f"return 1 answered {text[:200]!r}")
+                    used = await settle(peer, fixture_downstream)
         except Exception as exc:  # the boundary of a peer we do not control: whatever it raised is the finding
             return {"failure": failure_text(exc, errlog)}
-    return {"initialize": initialized, "idle": idle, "first": elapsed}
+    return {"initialize": initialized, "idle": idle, "first": elapsed, "used": used}
 
 
 def mib(kib: float) -> str:
@@ -248,10 +250,10 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
             [
                 FASTMCP_NAME + ", proxying the fixture server",
                 ms(median([p["initialize"] for p in good])),
-                ms(median([p["first"] for p in good])) + " (`return 1`)",
+                ms(median([p["first"] for p in good])) + " (`return 1`, after the idle reading)",
                 f"{mib(median([p['idle']['pss'] for p in good]))} "
                 f"({median([p['idle']['processes'] for p in good]):.0f})",
-                "",
+                f"{mib(median([p['used']['pss'] for p in good]))} (after its first run)",
             ]
         )
     else:
