@@ -1,12 +1,14 @@
 """The host's side of a tool call: resolve the name, call the pool, count, limit, convert the result.
 
 ``ToolDispatcher.handle`` answers one ``call`` message of a run. The sandbox never holds a session
-or a credential; what it sends (server, tool, arguments) is untrusted and checked here.
+or a credential; what it sends (server, tool, arguments) is untrusted and checked here. The observer (the
+audit log) is told of answered calls by ``report``, which the host loop calls once an answer is on its way
+to the run (so that the run goes on meanwhile) and once more when the run is over: in batches of up to
+``REPORT_BATCH`` calls, or of what waited ``REPORT_SECONDS``, and always every call before the loop returns.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -64,12 +66,28 @@ def result_to_value(result: types.CallToolResult) -> Any:
     return values
 
 
+REPORT_BATCH = 64
+"""At most this many answered calls wait for ``ToolDispatcher.report`` to tell the observer of them ..."""
+REPORT_SECONDS = 0.25
+"""... and none waits longer than this once the next answer is sent."""
+
 OFF_LOOP_CHARS = 32_768
 """A result with more text than this is read for personal data in a worker thread (other runs go on)."""
 
 
 def _text_size(result: types.CallToolResult) -> int:
     return sum(len(b.text) for b in result.content if isinstance(b, types.TextContent))
+
+
+async def _take(limiter: anyio.CapacityLimiter | None) -> None:
+    """A slot of ``limiter`` for the current task: at once when one is free (no turn of the event loop, as
+    ``acquire`` takes), else in turn."""
+    if limiter is None:
+        return
+    try:
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        await limiter.acquire()
 
 
 def error_text(result: types.CallToolResult) -> str:
@@ -126,7 +144,8 @@ class CallPrivacy(Protocol):
 
 
 CallObserver = Callable[[ToolCallRecord, dict[str, Any]], None]
-"""Told of every call once it is answered, with its arguments (the audit log)."""
+"""Told of every call after it is answered, with its arguments (the audit log): by ``ToolDispatcher.report``,
+every call of a run before the host loop returns."""
 
 
 @dataclass
@@ -154,6 +173,28 @@ class ToolDispatcher:
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
         self._server_slots: dict[str, anyio.CapacityLimiter | None] = {}
+        self._unreported: list[tuple[ToolCallRecord, dict[str, Any]]] = []
+        self._waiting_since = 0.0
+
+    def report(self, *, everything: bool = False) -> None:
+        """Tell the observer of the calls answered since the last report: all of them with ``everything`` (the
+        run is over), else once ``REPORT_BATCH`` are waiting or the first has waited ``REPORT_SECONDS``."""
+        waiting = self._unreported
+        if not waiting or self.observe is None:
+            return
+        if not everything and len(waiting) < REPORT_BATCH and time.monotonic() - self._waiting_since < REPORT_SECONDS:
+            return
+        self._unreported = []
+        for record, arguments in waiting:
+            self.observe(record, arguments)
+
+    def _observed(self, record: ToolCallRecord, arguments: dict[str, Any]) -> None:
+        """``record`` is answered (or about to be): the next ``report`` tells the observer."""
+        self.calls.append(record)
+        if self.observe is not None:
+            if not self._unreported:
+                self._waiting_since = time.monotonic()
+            self._unreported.append((record, arguments))
 
     def _server_limiter(self, server: str) -> anyio.CapacityLimiter | None:
         """The run's limiter of calls to ``server`` (made on its first call), or None when it has no limit."""
@@ -197,9 +238,7 @@ class ToolDispatcher:
         if refusal is not None or spec is None:  # still a call the run asked for: listed and audited
             message = refusal or self._unknown(server, tool)
             record = ToolCallRecord(real_server, real_tool, False, 0.0, None, "refused", message, called=False)
-            self.calls.append(record)
-            if self.observe is not None:
-                self.observe(record, arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]})
+            self._observed(record, arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]})
             return {"error": {"message": message, **where}}
         started = time.perf_counter()
         record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
@@ -219,8 +258,16 @@ class ToolDispatcher:
             record.called = True
             limiter = self._server_limiter(real_server)
             # The server's limit first: calls waiting for a busy server hold none of the run's slots.
-            async with limiter if limiter is not None else contextlib.nullcontext(), self._slots:
-                result = await self.pool.call_tool(real_server, real_tool, arguments)
+            await _take(limiter)
+            try:
+                await _take(self._slots)
+                try:
+                    result = await self.pool.call_tool(real_server, real_tool, arguments)
+                finally:
+                    self._slots.release()
+            finally:
+                if limiter is not None:
+                    limiter.release()
             if result.is_error:
                 record.error = error_text(result)
                 if self.privacy is not None:
@@ -239,9 +286,7 @@ class ToolDispatcher:
             return {"error": {"message": record.error, **where}}
         finally:
             record.ms = (time.perf_counter() - started) * 1000
-            self.calls.append(record)
-            if self.observe is not None:
-                self.observe(record, arguments)
+            self._observed(record, arguments)
 
     def _unknown(self, server: str, tool: str) -> str:
         spec = self.index.server(server)

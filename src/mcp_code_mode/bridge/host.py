@@ -7,7 +7,9 @@ id, as soon as it is ready; the dispatcher bounds how many reach servers at once
 server). A call marked ``wait`` (its worker sends nothing more until it is answered: a plain, blocking
 stub call) is answered inline, without a task of its own; the mark is only a hint about scheduling. Each
 call's id must be greater than the previous call's (so no two calls in hand share one); anything else is a
-protocol error. Output is kept up to the cap and passed on, and the first valid ``done`` ends the run;
+protocol error. Once an answer is on its way, the dispatcher's ``report`` tells the audit log of the calls
+answered so far (in batches, while the run reads its answer), and of every call before the loop returns.
+Output is kept up to the cap and passed on, and the first valid ``done`` ends the run;
 nothing is read after it, and calls still being answered finish within the run's time (their answers are
 not sent). Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never raises for
 what the run sent.
@@ -43,7 +45,9 @@ class RunChannel(Protocol):
 
 
 class CallHandler(Protocol):
-    """What answers a run's tool calls (``ToolDispatcher``, or a test's fake)."""
+    """What answers a run's tool calls (``ToolDispatcher``, or a test's fake). One that also has
+    ``report(*, everything: bool = False)`` (``ToolDispatcher.report``) is told each time an answer is on its
+    way to the run, and with ``everything=True`` once the run is over, before ``serve_run`` returns."""
 
     async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]: ...
 
@@ -115,8 +119,9 @@ async def serve_run(
         success=False, error=ErrorDetail("TimeoutError", f"the run did not finish within {timeout * 1000:.0f} ms")
     )
     slots = anyio.CapacityLimiter(max(1, max_calls))
-    sending = anyio.Lock()
+    sending = anyio.Lock(fast_acquire=True)  # no turn of the event loop when no other answer is being sent
     closed = anyio.Event()
+    report: Callable[..., None] = getattr(dispatcher, "report", None) or _nothing
 
     async def answer(message: Call) -> None:  # with a slot already taken for it
         try:
@@ -128,11 +133,12 @@ async def serve_run(
                 await channel.send({"op": "result", "id": message.id, **reply})
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 closed.set()
+        report()
 
     one_at_a_time = max_calls <= 1  # a worker that waits for each answer: no task per call (a fast path)
     last_id: int | None = None
 
-    with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+    with _reported(report), anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
         if clock is not None:
             clock.attach(scope)
         async with anyio.create_task_group() as calls:
@@ -172,6 +178,7 @@ async def serve_run(
                             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                                 closed.set()
                                 break
+                            report()  # while the run reads its answer
                         else:
                             await slots.acquire_on_behalf_of(message.id)  # at most max_calls in hand
                             calls.start_soon(answer, message)
@@ -199,6 +206,19 @@ async def serve_run(
     outcome.truncated = outcome.truncated or cut
     outcome.execution_time = round((time.perf_counter() - started) * 1000)
     return HostRun(ended, outcome)
+
+
+def _nothing(*, everything: bool = False) -> None:
+    """The ``report`` of a call handler that has none."""
+
+
+@contextlib.contextmanager
+def _reported(report: Callable[..., None]) -> Generator[None]:
+    """Once the block is left (however: done, refused, timed out, cancelled), every answered call is reported."""
+    try:
+        yield
+    finally:
+        report(everything=True)
 
 
 def cap_value(value: Any, cap: int) -> tuple[Any, bool]:
