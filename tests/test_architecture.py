@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,29 @@ def test_no_code_outside_runners_names_a_runner(runner: str) -> None:
         if value == runner
     ]
     assert found == []
+
+
+def test_serving_imports_no_search_machinery_until_a_search() -> None:
+    """numpy and the embedding model's tokenizer are imported by the first search, not by a server that starts,
+    builds its engine and stores a run (it stores without a vector until then)."""
+    script = (
+        "import asyncio, json, os, sys, tempfile\n"
+        "import mcp_code_mode.cli, mcp_code_mode.server\n"
+        "from mcp_code_mode.engine import CodeMode\n"
+        "from mcp_code_mode.config import CodeModeConfig, Settings\n"
+        "d = tempfile.mkdtemp()\n"
+        "settings = Settings(cache_dir=d, eager_runners='none', cache_embedder='wordllama', pyodide_pool_size=0)\n"
+        "cm = CodeMode(CodeModeConfig.from_servers({}, settings=settings, env=dict(os.environ)))\n"
+        "async def main():\n"
+        "    async with cm:\n"
+        "        before = [m for m in ('numpy', 'tokenizers') if m in sys.modules]\n"
+        "        await asyncio.to_thread(cm.scripts.search, 'print a number', None, 3)\n"
+        "        after = [m for m in ('numpy', 'tokenizers') if m in sys.modules]\n"
+        "        print(json.dumps([before, after]))\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before == [], f"imported before any search: {before}"
+    assert after == ["numpy", "tokenizers"]

@@ -18,11 +18,9 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import numpy.typing as npt
-
+from ._lazy import LazyModule
 from .cache.describe import split_identifier
 from .cache.embed import Embedder
 from .errors import UnsupportedError
@@ -279,7 +277,13 @@ def _embedded_text(spec: ToolSpec) -> str:
     return f"{' '.join(split_identifier(spec.func))}. {first_sentence(spec.info.description, 300)}"
 
 
-Floats = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Floats = npt.NDArray[np.float32]
+else:
+    np = LazyModule("numpy")
 
 
 @dataclass(frozen=True)

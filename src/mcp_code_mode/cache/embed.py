@@ -16,14 +16,19 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
+from .._lazy import LazyModule
 from ..errors import CodeModeError
 
-Vectors = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Vectors = npt.NDArray[np.float32]
+else:
+    np = LazyModule("numpy")
+    Vectors = Any  # float32 arrays; importable without numpy, for annotations (never evaluated here)
 
 
 class EmbedderUnavailable(CodeModeError):
@@ -131,7 +136,7 @@ class StaticEmbedder:
         return normalize_rows(out)
 
 
-_SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32}
+_SAFETENSORS_DTYPES = {"F16": "float16", "F32": "float32"}
 _MAX_HEADER = 1 << 20
 
 
@@ -156,7 +161,7 @@ def map_tensor(path: Path, name: str) -> npt.NDArray[Any]:
     entry = header.get(name) if isinstance(header, dict) else None
     if not isinstance(entry, dict):
         raise ValueError(f"{path.name} has no tensor {name!r}")
-    dtype = _SAFETENSORS_DTYPES.get(str(entry.get("dtype")))
+    dtype = _SAFETENSORS_DTYPES.get(str(entry.get("dtype")))  # a numpy dtype's name
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
     if dtype is None or not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
         raise ValueError(f"{path.name}: tensor {name!r} is not F16/F32 with a shape and offsets")

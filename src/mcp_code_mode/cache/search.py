@@ -12,11 +12,17 @@ import re
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-import numpy as np
+from .._lazy import LazyModule
+from .embed import Embedder
 
-from .embed import Embedder, Vectors
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .embed import Vectors
+else:
+    np = LazyModule("numpy")
 
 K = TypeVar("K", bound=Hashable)
 

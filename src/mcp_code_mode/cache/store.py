@@ -21,15 +21,19 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import LazyModule
 from .describe import search_text
 from .embed import Embedder, EmbedderUnavailable
 from .keys import KEY_VERSION
 from .models import NewScript, SearchResult, StoredScript, row_to_script
 from .schema import MIGRATIONS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy")
 from .search import CANDIDATES, VectorIndex, fts_query, fuse, query_terms, selective_terms
 
 logger = logging.getLogger(__name__)

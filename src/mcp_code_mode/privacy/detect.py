@@ -99,9 +99,14 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import phonenumbers
-from phonenumbers import Leniency, PhoneMetadata, PhoneNumberMatcher
+from .._lazy import LazyModule
+
+if TYPE_CHECKING:
+    import phonenumbers
+else:
+    phonenumbers = LazyModule("phonenumbers")  # its metadata is read when a phone detector is first built
 
 KINDS: tuple[str, ...] = ("email", "phone", "card", "iban", "ip", "ssn")
 """The built-in kinds."""
@@ -525,7 +530,7 @@ _NUMBER_TYPES = (
 
 @functools.lru_cache(maxsize=512)
 def _region_or_none(code: str) -> _Region | None:
-    metadata = PhoneMetadata.metadata_for_region(code)
+    metadata = phonenumbers.PhoneMetadata.metadata_for_region(code)
     if metadata is None or metadata.general_desc is None or metadata.general_desc.national_number_pattern is None:
         return None
     parsing = metadata.national_prefix_for_parsing or metadata.national_prefix
@@ -627,7 +632,10 @@ def _plainly_valid(candidate: str, digits: str, international: bool, regions: tu
 @functools.lru_cache(maxsize=8192)
 def _matches(candidate: str, region: str) -> tuple[tuple[int, int], ...]:
     """What ``PhoneNumberMatcher`` finds in a candidate, read in a region (``ZZ``: only ``+`` numbers)."""
-    return tuple((m.start, m.end) for m in PhoneNumberMatcher(candidate, region, leniency=Leniency.VALID))
+    return tuple(
+        (m.start, m.end)
+        for m in phonenumbers.PhoneNumberMatcher(candidate, region, leniency=phonenumbers.Leniency.VALID)
+    )
 
 
 _IBAN_BEFORE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: [A-Z0-9]{4})+ $")
