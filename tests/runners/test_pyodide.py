@@ -352,7 +352,10 @@ async def test_the_snapshot_is_cached_on_disk_keyed_by_the_versions(engine: Code
 
 
 async def test_closing_the_engine_while_interpreters_start_leaves_no_deno_process(tmp_path: Path) -> None:
-    config = make_config({}, workspace_dir=tmp_path / "runs", pyodide_pool_size=2)
+    # Eager, and not waited for (warmup_timeout=0): its interpreters start in the background as the engine opens.
+    config = make_config(
+        {}, workspace_dir=tmp_path / "runs", pyodide_pool_size=2, eager_runners="pyodide", warmup_timeout=0
+    )
     async with CodeMode(config) as cm:
         runner = cm.runners["pyodide"]
         assert isinstance(runner, PyodideRunner)
