@@ -21,7 +21,7 @@ import mcp_types as types
 from ..downstream.pool import ToolPool
 from ..downstream.tools import ToolInfo
 from ..errors import DownstreamError
-from ..stubs.index import StubIndex
+from ..stubs.index import StubIndex, ToolSpec
 
 _STATES = {
     "disabled": "disabled in the servers file",
@@ -173,6 +173,7 @@ class ToolDispatcher:
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
         self._server_slots: dict[str, anyio.CapacityLimiter | None] = {}
+        self._specs: dict[tuple[str, str], ToolSpec] = {}
         self._unreported: list[tuple[ToolCallRecord, dict[str, Any]]] = []
         self._waiting_since = 0.0
 
@@ -223,7 +224,11 @@ class ToolDispatcher:
         Every name a script can use (a stub, ``call_tool`` with the original or the sanitised names, any
         casing the index accepts) resolves here to the server's original names first; the gate decides on
         those, so no spelling gets around a policy."""
-        spec = self.index.tool(server, tool)
+        spec = self._specs.get((server, tool))
+        if spec is None:  # the index does not change during a run: each spelling of a tool is looked up once
+            spec = self.index.tool(server, tool)
+            if spec is not None:  # (the names of no tool are not kept: a script could send any number)
+                self._specs[server, tool] = spec
         real_server, real_tool = (spec.server, spec.name) if spec else (server, tool)
         where = {"server": real_server, "tool": real_tool}
         if self.started >= self.max_calls:
