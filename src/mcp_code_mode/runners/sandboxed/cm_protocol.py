@@ -54,6 +54,7 @@ class Channel:
         self._in = os.fdopen(read_fd, "rb")
         self._out = os.fdopen(write_fd, "wb")
         self._next_id = 0
+        self._names: dict[tuple[str, str], str] = {}  # (server, tool) -> its part of a call message
         self._send_lock = threading.Lock()  # the output flusher thread sends too
         self.output: Output | None = None
         self.tools = ToolCalls(self.send_call, self.receive_result)
@@ -103,12 +104,14 @@ class Channel:
         if self.output is not None:
             self.output.flush()
         self._next_id += 1
+        names = self._names.get((server, tool))
+        if names is None:
+            names = f',"server":{_dumps(server)},"tool":{_dumps(tool)},"arguments":'
+            if len(self._names) < 1000:
+                self._names[server, tool] = names
         at = f',"line":{line}' if line is not None else ""
         hint = ',"wait":true' if wait else ""
-        data = (
-            f'{{"op":"call","id":{self._next_id},"server":{_dumps(server)},"tool":{_dumps(tool)},'
-            f'"arguments":{payload}{at}{hint}}}\n'
-        ).encode()
+        data = f'{{"op":"call","id":{self._next_id}{names}{payload}{at}{hint}}}\n'.encode()
         with self._send_lock:
             self._out.write(data)
             self._out.flush()
