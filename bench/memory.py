@@ -6,14 +6,15 @@
 ``mcp-code-mode serve`` (no downstream servers) is started twice through a stdio client: with the
 default pool sizes (local 2, cpython 1, deno 2, pyodide 1, monty 1) and with larger ones (local 4,
 cpython 3, deno 4, pyodide 2, monty 2). Each runner runs ``print(1)`` once (a pool that starts on first
-use has started then); then, once the process tree has settled (the expected number of workers, total
-PSS steady), each process's memory is read from ``/proc/<pid>/smaps_rollup``. The tree is sampled
-every 0.25 s from start to end for the peak.
+use has started then); then, once the process tree has settled (the configured number of workers and the
+total PSS steady, or the PSS steady for 5 s with fewer: the workers seen are reported), each process's
+memory is read from ``/proc/<pid>/smaps_rollup``. The tree is sampled every 0.25 s from start to end for
+the peak.
 
 PSS (proportional set size) is what is reported: a page shared by k processes counts 1/k in each, so
 the zygote workers' shared pages (copy-on-write after fork, the same interpreter and libraries) are
 counted once over the tree. RSS sums are shown beside it; they count shared pages once per process.
-Per extra worker = the difference of a runner's PSS between the two servers / the extra workers.
+Per extra worker = the difference of a runner's PSS between the two servers / the extra workers seen.
 """
 
 from __future__ import annotations
@@ -123,17 +124,25 @@ async def measure_server(sizes: dict[str, int], folder: Path) -> dict[str, Any]:
     return settled
 
 
+STEADY_SECONDS = 5
+"""A tree whose pools stay below their sizes has settled once its PSS held this long."""
+
+
 async def settle(server: int, sizes: dict[str, int], limit: float = 60.0) -> dict[str, Any]:
-    """The tree once every pool has its workers and the total PSS moved < 2 % over a second."""
+    """The tree once every pool has its workers and the total PSS moved < 2 % over a second, or once the PSS
+    held for ``STEADY_SECONDS`` with fewer workers (the server keeps what it keeps: the counts are reported)."""
     deadline = time.monotonic() + limit
     previous: dict[str, Any] | None = None
+    held = 0
     while True:
         await anyio.sleep(1.0)
         now = await anyio.to_thread.run_sync(snapshot, server)
         counts = {name: now["groups"].get(name, {}).get("count", 0) for name in sizes}
         steady = previous is not None and abs(now["pss"] - previous["pss"]) < 0.02 * previous["pss"]
-        if (counts == sizes and steady) or time.monotonic() > deadline:
-            now["settled"] = counts == sizes and steady
+        held = held + 1 if steady else 0
+        if (counts == sizes and steady) or held >= STEADY_SECONDS or time.monotonic() > deadline:
+            now["settled"] = steady
+            now["counts"] = counts
             return now
         previous = now
 
@@ -180,16 +189,20 @@ async def measure(args: argparse.Namespace, section: Section) -> None:
         table.rows.append([label, "server process peak RSS (VmHWM)", "1", "", mib(result["hwm"])])
         if not result["settled"]:
             section.notes.append(f"With pools {label}, the tree had not settled after 60 s; figures as read then.")
+        if result["counts"] != sizes:
+            kept = ", ".join(str(result["counts"][r]) for r in KINDS)
+            section.notes.append(f"With pools {label} configured, the settled tree had {kept} workers.")
     extra = section.table(
-        "Per extra warm worker: (PSS with the larger pools - PSS with the defaults) / extra workers.",
+        "Per extra warm worker: (PSS with the larger pools - PSS with the defaults) / extra workers (as counted "
+        "in the settled trees).",
         ["runner", "extra workers", "PSS per extra worker", "PSS per worker (larger pools, average)"],
     )
     for name in KINDS:
-        more = LARGER[name] - DEFAULT[name]
         a, b = small["groups"].get(name, {}), large["groups"].get(name, {})
-        per = (b.get("pss", 0) - a.get("pss", 0)) / more
+        more = b.get("count", 0) - a.get("count", 0)
+        per = mib((b.get("pss", 0) - a.get("pss", 0)) / more) if more > 0 else "n/a"
         average = b.get("pss", 0) / max(1, b.get("count", 0))
-        extra.rows.append([name, str(more), mib(per), mib(average)])
+        extra.rows.append([name, str(more), per, mib(average)])
     section.notes.append(
         "A local or cpython worker is a bubblewrap sandbox around a zygote (bubblewrap's processes and the "
         "zygote); a deno or pyodide worker is a Deno process; a monty worker is a small Python process and its "
