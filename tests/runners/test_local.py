@@ -135,8 +135,9 @@ async def test_code_runs_in_a_worker_process_not_in_the_server(engine: CodeMode)
 async def test_closing_the_engine_kills_every_worker_and_removes_workspaces(tmp_path: Path) -> None:
     config = make_config({}, workspace_dir=tmp_path / "runs", pool_size=3)
     async with CodeMode(config) as cm:
-        result = await cm.execute("print('x')")
-        assert result.success
+        async with anyio.create_task_group() as tg:  # runs at once: the pool grows to its size
+            for _ in range(3):
+                tg.start_soon(cm.execute, "import time\ntime.sleep(0.3)")
         with anyio.fail_after(30):
             while cm.runners["local"].pool.warm < 3:  # type: ignore[attr-defined]
                 await anyio.sleep(0.05)
@@ -146,6 +147,23 @@ async def test_closing_the_engine_kills_every_worker_and_removes_workspaces(tmp_
             await anyio.sleep(0.05)
     runs = tmp_path / "runs"  # only process-mode workers have a workspace on the host
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+async def test_a_pool_used_one_run_at_a_time_keeps_one_worker_and_grows_when_runs_overlap(tmp_path: Path) -> None:
+    config = make_config({}, workspace_dir=tmp_path / "runs", pool_size=3)
+    async with CodeMode(config) as cm:
+        pool = cm.runners["local"].pool  # type: ignore[attr-defined]
+        for i in range(6):  # one at a time, back to back: the zygote that ran comes back for the next
+            assert (await cm.execute(f"print({i})", cache="off")).output == f"{i}\n"
+        assert pool.spawned == 1, f"{pool.spawned} workers started for runs that never overlapped"
+        started = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(cm.execute, "import time\ntime.sleep(0.5)")
+        assert anyio.current_time() - started < 5
+        with anyio.fail_after(30):
+            while pool.warm < 3:  # from now on it keeps its size
+                await anyio.sleep(0.05)
 
 
 # --- constructs: each one runs right, or is refused before the script runs (issue 18) -------------------

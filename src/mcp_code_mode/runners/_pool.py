@@ -203,8 +203,11 @@ class Worker:
 class WorkerPool:
     """Idle workers of one profile, ready for a run.
 
-    ``size`` workers are kept in existence (idle, busy or starting); a run that finds none idle
-    starts one on the spot. After a clean run a zygote comes back; up to ``max_idle`` are kept.
+    Up to ``size`` workers are kept in existence (idle, busy or starting); a run that finds none idle
+    starts one on the spot. The pool keeps one until a run after the first finds no worker idle and none on
+    its way back from a run (two runs at once, or one-run workers used back to back): from then on it keeps
+    ``size``. A server used one run at a time thus holds one warm worker. After a clean run a zygote comes back; up to
+    ``max_idle`` are kept.
     """
 
     def __init__(
@@ -221,6 +224,12 @@ class WorkerPool:
         self._profile = profile or Profile()
         self._release = release or SandboxSpec.cleanup
         self._size = size
+        self._target = min(size, 1)
+        """Workers kept now: one until a run needs more (see the class), then ``size``."""
+        self._returning = 0
+        """Workers on their way back from a clean run (counted in ``_starting`` too)."""
+        self._served = 0
+        """Runs handed a worker so far."""
         self._max_idle = max(size, max_idle)
         self._label = label
         self._ready: deque[Worker] = deque()
@@ -248,7 +257,7 @@ class WorkerPool:
     def _refill(self) -> None:
         if self._tg is None or self._closed:
             return
-        while len(self._ready) + self._busy + self._starting < self._size:
+        while len(self._ready) + self._busy + self._starting < self._target:
             self._starting += 1
             self._tg.start_soon(self._spawn_into_pool)
 
@@ -284,7 +293,7 @@ class WorkerPool:
 
     def resize(self, size: int) -> None:
         """Keep ``size`` workers from now on (starting more at once when it grew)."""
-        self._size = size
+        self._size = self._target = size
         self._max_idle = max(self._max_idle, size)
         self._refill()
 
@@ -364,6 +373,9 @@ class WorkerPool:
     async def acquire(self) -> Worker:
         """An idle worker; else one that is about to be (back from a run, or starting); else a new one."""
         self._busy += 1
+        if not self._ready and self._returning == 0 and self._served > 0:
+            self._target = self._size  # a run that needs a new worker: the pool keeps its full size from now on
+        self._served += 1
         try:
             while True:
                 while self._ready:
@@ -393,6 +405,7 @@ class WorkerPool:
             self._discard(worker)
             return
         self._starting += 1  # counted as starting until it says ready again
+        self._returning += 1
         self._tg.start_soon(self._await_ready, worker)
 
     async def _await_ready(self, worker: Worker) -> None:
@@ -410,6 +423,7 @@ class WorkerPool:
             raise
         finally:
             self._starting -= 1
+            self._returning -= 1
         if ready and not self._closed and len(self._ready) < self._max_idle:
             worker.exit_status = None
             self._push(worker)
