@@ -27,6 +27,7 @@ as it is (``unknown``).
 from __future__ import annotations
 
 import bisect
+import functools
 import ipaddress
 import json
 import re
@@ -96,13 +97,19 @@ class Privacy:
         """Whether personal data is tokenized at all (secrets always are): ``CODE_MODE_PII=tokenize``, or a
         server's ``"pii": "tokenize"``. Then every value found in what goes to the model is tokenized, whatever
         it came from (a tool, the network, the script), except what an ``off`` server's results carried."""
-        builtins = [k for k in config.kinds() if k not in {c.kind for c in config.custom}]
-        self.detectors = Detectors(
-            builtins, [CustomKind(c.kind, c.regex) for c in config.custom], phone_regions=config.phone_regions
-        )
         self.secrets = Secrets(secrets)
         self.vault = vault
         self.sealer = sealer
+
+    @functools.cached_property
+    def detectors(self) -> Detectors:
+        """The personal-data detectors, built when first needed (a server without tokenizing never needs them:
+        their phone metadata and patterns cost start-up time)."""
+        config = self.config
+        builtins = [k for k in config.kinds() if k not in {c.kind for c in config.custom}]
+        return Detectors(
+            builtins, [CustomKind(c.kind, c.regex) for c in config.custom], phone_regions=config.phone_regions
+        )
 
     def run(self, client: str) -> RunPrivacy:
         return RunPrivacy(self, client)
