@@ -165,16 +165,10 @@ class Calls:
         """Inside ``parallel``: a call is sent and returns a pending call at once."""
 
     def send(self, server: str, tool: str, arguments: Any, line: int | None, wait: bool = False) -> int:
+        """Send one call (after the pending output), its arguments encoded once: checked and sent; its id."""
         self.output.flush()
-        tool_arguments(server, tool, arguments)
-        self.next_id += 1
-        message: dict[str, Any] = {"op": "call", "id": self.next_id, "server": server, "tool": tool}
-        message["arguments"] = arguments
-        if line is not None:
-            message["line"] = line
-        if wait:
-            message["wait"] = True
-        self.channel.send(message)
+        payload = tool_arguments(server, tool, arguments)
+        self.next_id = self.channel.send_call(server, tool, payload, line, wait)
         return self.next_id
 
     def wait(self, ident: int) -> dict[str, Any]:
