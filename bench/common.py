@@ -243,6 +243,11 @@ def machine_facts() -> dict[str, str]:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=30
         ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=ROOT, timeout=30
+        ).stdout.strip()
+        if changed:
+            commit += f" with uncommitted changes to {len(changed.splitlines())} files in src/"
     fork = "unknown"
     with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
         timing = subprocess.run(
