@@ -49,7 +49,7 @@ conformance: install
 inspector: install
 	$(BIN)/python scripts/inspector_check.py
 
-# Benchmarks (bench/): every section in turn, within a budget of 10 minutes; rewrites bench/RESULTS.md
+# Benchmarks (bench/): every section in turn (budget 10 minutes, flagged when over); rewrites bench/RESULTS.md
 # (its head gives the total time and the load average). The peers go into virtualenvs of their own in
 # .tools/peers (each pins another mcp than ours): mcp-run-python (PyPI) in .tools/peers, FastMCP with its
 # CodeMode extra in .tools/peers/fastmcp. If one cannot be installed, the sections that run it record
