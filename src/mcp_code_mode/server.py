@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import warnings
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Annotated, Any, Literal, get_args
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 import anyio
 import mcp_types as types
@@ -17,6 +18,7 @@ from mcp.server import MCPServer
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
@@ -204,14 +206,36 @@ class CodeModeServer(MCPServer[Any]):
     """MCPServer whose ``execute_code`` description names the servers connected right now.
 
     It also answers ``logging/setLevel`` (so it declares the logging capability it uses to stream
-    printed output) and remembers each connection's level.
+    printed output) and remembers each connection's level. It declares ``tools.listChanged``: a client that
+    listed the tools while a downstream server was still starting (or before one's tools changed) gets
+    ``notifications/tools/list_changed`` when that server's tools arrive (``notify_tool_changes``).
     """
 
     def __init__(self, engine: CodeMode, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.engine = engine
         self._log_levels: WeakKeyDictionary[object, str] = WeakKeyDictionary()
+        self._listed: WeakSet[Any] = WeakSet()
+        """Connections that have listed the tools (those a change is worth telling)."""
         self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        lowlevel = self._lowlevel_server
+        options = lowlevel.create_initialization_options
+        lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+            _with_tools_changed, options
+        )
+
+    async def _handle_list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._listed.add(_connection_of(ctx))
+        return await super()._handle_list_tools(ctx, params)
+
+    async def notify_tool_changes(self) -> None:
+        """Until cancelled: after each change of the downstream tools, tell every connection that listed them."""
+        while True:
+            await self.engine.tools_changed()
+            for connection in list(self._listed):
+                await connection.send_tool_list_changed()  # best effort: a closed stream drops it
 
     async def _set_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         self._log_levels[_connection_of(ctx)] = params.level
@@ -268,6 +292,11 @@ class CodeModeServer(MCPServer[Any]):
         return out
 
 
+def _with_tools_changed(create: Callable[..., Any], notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The SDK's initialization options, declaring ``tools.listChanged`` (the SDK's default leaves it off)."""
+    return create(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+
 LISTED_WITHOUT = frozenset({"title", "minimum", "maximum"})
 """Schema keywords an input schema in ``tools/list`` leaves out: pydantic's titles, and numeric bounds (the server
 still refuses a value out of bounds, naming the bound)."""
@@ -317,8 +346,12 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
-        async with engine:
-            yield {}
+        async with engine, anyio.create_task_group() as tg:
+            tg.start_soon(server.notify_tool_changes)
+            try:
+                yield {}
+            finally:
+                tg.cancel_scope.cancel()
 
     server = CodeModeServer(
         engine,

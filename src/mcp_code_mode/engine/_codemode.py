@@ -79,7 +79,13 @@ class CodeMode:
     def __init__(self, config: CodeModeConfig) -> None:
         self.config = config
         settings = config.settings
-        self.pool = ToolPool(config.servers, config.env, default_timeout=settings.tool_timeout, background=True)
+        self.pool = ToolPool(
+            config.servers,
+            config.env,
+            default_timeout=settings.tool_timeout,
+            background=True,
+            on_change=self._tools_changed_now,
+        )
         """The downstream servers; they connect in the background once the engine is entered (``settled``)."""
         self.sandbox = detect_sandbox(settings)
         self.egress = settings.egress_policy()
@@ -104,6 +110,8 @@ class CodeMode:
         )
         """Each runner started on first use, or with the engine when eager (``CODE_MODE_EAGER_RUNNERS``)."""
         self._stack: contextlib.AsyncExitStack | None = None
+        self._changed: anyio.Event | None = None
+        """Set at the next change of the downstream tools (``tools_changed``)."""
         self._stubs = StubBook(self.pool)
         self._stubs_for = -1
         self.embedder = make_embedder(settings.cache_embedder)
@@ -166,6 +174,17 @@ class CodeMode:
         await self.pool.settled()
         self._refresh()
         await self.hosts.ready(runners)
+
+    def _tools_changed_now(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def tools_changed(self) -> None:
+        """Return at the next change of the downstream tools (a server's tools arrived or changed)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
 
     async def settled(self, code: str | None = None) -> None:
         """Wait for the downstream servers still starting (each within its start-up timeout): all of them, or the
