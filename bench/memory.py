@@ -6,7 +6,8 @@
 ``mcp-code-mode serve`` (no downstream servers) is started twice through a stdio client: with the
 default pool sizes (local 2, cpython 1, deno 2, pyodide 1, monty 1) and with larger ones (local 4,
 cpython 3, deno 4, pyodide 2, monty 2). Each runner runs ``print(1)`` once (a pool that starts on first
-use has started then); then, once the process tree has settled (the configured number of workers and the
+use has started then), then its pool size + 1 at once (a pool that keeps one worker until a run finds none
+idle grows to its size then); then, once the process tree has settled (the configured number of workers and the
 total PSS steady, or the PSS steady for 5 s with fewer: the workers seen are reported), each process's
 memory is read from ``/proc/<pid>/smaps_rollup``. The tree is sampled every 0.25 s from start to end for
 the peak.
@@ -117,6 +118,9 @@ async def measure_server(sizes: dict[str, int], folder: Path) -> dict[str, Any]:
                     language, code = ("javascript", "console.log(1)") if runner == "deno" else ("python", "print(1)")
                     arguments = {"language": language, "code": code, "runner": runner, "cache": "off"}
                     structured(await client.call_tool("execute_code", arguments))
+                    async with anyio.create_task_group() as burst:  # runs that find no idle worker: pools grow
+                        for _ in range(sizes[runner] + 1):
+                            burst.start_soon(run_once, client, arguments)
                 settled = await settle(server, sizes)
                 done.set()  # the sampler stops after its current sample
             settled["peak"] = peak
@@ -126,6 +130,10 @@ async def measure_server(sizes: dict[str, int], folder: Path) -> dict[str, Any]:
 
 STEADY_SECONDS = 5
 """A tree whose pools stay below their sizes has settled once its PSS held this long."""
+
+
+async def run_once(client: Any, arguments: dict[str, Any]) -> None:
+    structured(await client.call_tool("execute_code", arguments))
 
 
 async def settle(server: int, sizes: dict[str, int], limit: float = 60.0) -> dict[str, Any]:
