@@ -16,6 +16,7 @@ import mcp_types as types
 import pytest
 
 from mcp_code_mode.bridge import ToolCallRecord, ToolDispatcher, serve_run
+from mcp_code_mode.bridge import dispatcher as dispatcher_module
 from mcp_code_mode.bridge.dispatcher import REPORT_BATCH
 from mcp_code_mode.bridge.fake import FakeWorker
 from mcp_code_mode.config import ServerConfig
@@ -134,7 +135,8 @@ async def test_a_cancelled_host_loop_still_reports_the_calls_it_answered() -> No
     assert [a["n"] for _, a in seen] == [0, 1, 2, 3, 4]
 
 
-async def test_report_waits_for_a_batch_and_everything_gives_the_rest() -> None:
+async def test_report_waits_for_a_batch_and_everything_gives_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatcher_module, "REPORT_SECONDS", 3600.0)  # only the batch's size counts here
     seen: list[tuple[ToolCallRecord, dict[str, Any]]] = []
     dispatcher = fake_dispatcher(seen)
     for i in range(3):
@@ -147,3 +149,12 @@ async def test_report_waits_for_a_batch_and_everything_gives_the_rest() -> None:
         await dispatcher.handle("fx", "t", {"n": i})
     dispatcher.report()
     assert [a["n"] for _, a in seen] == list(range(3 + REPORT_BATCH))
+
+
+async def test_report_gives_a_call_that_waited_long_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatcher_module, "REPORT_SECONDS", 0.0)
+    seen: list[tuple[ToolCallRecord, dict[str, Any]]] = []
+    dispatcher = fake_dispatcher(seen)
+    await dispatcher.handle("fx", "t", {"n": 0})
+    dispatcher.report()
+    assert [a["n"] for _, a in seen] == [0]
