@@ -169,7 +169,8 @@ class Settings(BaseModel):
     """The sum of running runs' memory limits (``limit_memory_mb`` each) stays within this; a run that would
     pass it waits. Default: half of the host's memory."""
     pool_size: int = Field(default=2, ge=0)
-    """Warm worker processes kept waiting per runner."""
+    """Warm worker processes kept waiting per runner (``local``, ``deno``) once runs overlap; one until then
+    (``WorkerPool``)."""
     warmup_timeout: float = Field(default=15.0, ge=0)
     """Seconds an eager runner may take, in the background after start-up, to have its first warm worker (0: an
     eager runner is started but not warmed); ``CodeMode.ready()`` waits at most this long for every runner."""
