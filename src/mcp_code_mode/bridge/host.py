@@ -180,7 +180,10 @@ async def serve_run(
                                 break
                             report()  # while the run reads its answer
                         else:
-                            await slots.acquire_on_behalf_of(message.id)  # at most max_calls in hand
+                            try:  # at most max_calls in hand (a free slot is taken without a turn of the loop)
+                                slots.acquire_on_behalf_of_nowait(message.id)
+                            except anyio.WouldBlock:
+                                await slots.acquire_on_behalf_of(message.id)
                             calls.start_soon(answer, message)
                     else:
                         ended = "done"
