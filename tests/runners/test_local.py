@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -442,3 +444,21 @@ async def test_a_return_outside_a_function_is_the_compilers_syntax_error(engine:
     result = await engine.execute("print('ran')\nreturn 1")
     assert result.error is not None and result.error.type == "SyntaxError" and result.error.line == 2
     assert result.output == ""
+
+
+def test_the_interpreter_is_imported_without_jinja2_and_leaves_no_placeholder() -> None:
+    """smolagents' utils import jinja2 for exporting agents only: the zygote imports the interpreter without it,
+    and the placeholder that stood in is gone, so a script allowed to import jinja2 would get the real one."""
+    sandboxed = Path(__file__).resolve().parents[2] / "src" / "mcp_code_mode" / "runners" / "sandboxed"
+    script = (
+        f"import sys; sys.path.insert(0, {str(sandboxed)!r})\n"
+        "import cm_interpreters\n"
+        "cm_interpreters.import_interpreter()\n"
+        "from smolagents.local_python_executor import LocalPythonExecutor\n"
+        "assert 'jinja2' not in sys.modules, sys.modules.get('jinja2')\n"
+        "import jinja2\n"
+        "print(hasattr(jinja2, 'Template'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "True"
