@@ -151,8 +151,8 @@ class CodeMode:
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self.hosts.aclose)  # left after the servers: last started, first closed
+            self.hosts.open(tg)  # the eager runners' workers first: they start before the servers' processes
             await stack.enter_async_context(self.pool)
-            self.hosts.open(tg)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
