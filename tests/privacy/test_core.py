@@ -306,3 +306,12 @@ def test_secret_named_fields_of_any_servers_results_are_secrets_even_with_person
         "k3y-0f-unkn0wn-f0rmat opaque.value.123 pw=hunter2hunter2 by Jane Smith-Jones 4096000000 abc.def.ghi.jkl"
     )
     assert text == "[SECRET] [SECRET] pw=[SECRET] by Jane Smith-Jones 4096000000 [SECRET]"
+
+
+def test_texts_as_short_as_the_shortest_secret_are_still_scanned() -> None:
+    """Without tokenizing, a text shorter than any secret can be (8 characters) skips the scan; one of 8 is
+    scanned, so a secret-named field's 8-character value is [SECRET] even alone as an argument."""
+    run = book(tokenize={"crm": False}).run("c1")
+    run.harvest("wiki", {"password": "hunter22"})
+    assert run.mask({"a": "hunter22", "b": 7, "hunter22": "x"}) == {"a": "[SECRET]", "b": 7, "[SECRET]": "x"}
+    assert run.mask_text("hunter2") == "hunter2"

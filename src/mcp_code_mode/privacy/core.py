@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import PrivacyConfig
-from .detect import CustomKind, Detectors, Found, Secrets
+from .detect import MIN_SECRET_CHARS, CustomKind, Detectors, Found, Secrets
 from .seal import Sealer
 from .vault import SECRET, TOKEN, Entry, Vault
 
@@ -170,6 +170,9 @@ class RunPrivacy:
     """Sensitive values (the first ``MAX_VERBATIM``) → their kind: found as written, wherever they stand."""
     _secrets: set[str] = field(default_factory=set[str])
     """Values of the secret-named fields of this run's results (``SECRET_FIELD``): ``[SECRET]`` wherever they are."""
+    _shortest: int = MIN_SECRET_CHARS
+    """Without tokenizing, a text shorter than this holds no secret: no known format or literal secret is shorter,
+    nor any value of ``_secrets`` (a tool call's ``{"a": 1}`` is not scanned)."""
     _lock: threading.RLock = field(default_factory=threading.RLock)
     """A large result is harvested, and a large output masked, in a worker thread while the run goes on."""
 
@@ -182,6 +185,7 @@ class RunPrivacy:
             for secret in _secret_fields(value):
                 if len(self._secrets) < MAX_VERBATIM:
                     self._secrets.add(secret)
+                    self._shortest = min(self._shortest, len(secret))
             if self.book.active:
                 self._harvest(server, value)
 
@@ -218,6 +222,8 @@ class RunPrivacy:
 
     def _mask_text(self, text: str) -> str:
         book = self.book
+        if len(text) < self._shortest and not book.active:
+            return text
         covered = book.secrets.find(text)  # sorted, merged
         for secret in self._secrets:  # what a result's secret-named fields held, wherever it is printed
             for start in _occurrences(text, secret):
