@@ -513,9 +513,11 @@ class CodeMode:
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
 
     def _auditor(self, client: str, run_id: str, code_hash: str, privacy: RunPrivacy) -> CallObserver | None:
-        """Queue each call of a run for the audit log as it is answered (``AuditWriter``: built and committed
-        off the event loop, all of a run's calls before the run is answered). What is kept is what a model
-        may see: arguments and errors masked (``privacy``), so the log holds no value in plaintext."""
+        """Queue each call of a run for the audit log once its answer has gone out (the dispatcher reports
+        answered calls in batches, ``ToolDispatcher.report``, and every one before ``serve_run`` returns; the
+        ``AuditWriter`` builds and commits them off the event loop, all before the run is answered). What is kept
+        is what a model may see: arguments and errors masked (``privacy``), so the log holds no value in
+        plaintext."""
         writer = self._audit_writer
         if writer is None:
             return None
