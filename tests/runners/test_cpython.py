@@ -160,3 +160,21 @@ async def test_an_unknown_tool_raises_tool_error_naming_the_servers_tools(engine
     server, tool, message, private = result.return_value
     assert (server, tool, private) == ("fixture", "nope", False)
     assert message.startswith("server 'fixture' has no tool 'nope' (its tools: ") and "add, echo" in message
+
+
+async def test_a_script_that_replaces_json_still_reports_its_output_calls_and_value(engine: CodeMode) -> None:
+    """The worker's runtime keeps its own references to json: a script that patches the module in its
+    interpreter changes what it computes, not what its run reports or how its tool calls travel."""
+    code = (
+        "import json\n"
+        "json.dumps = lambda *a, **k: 'patched'\n"
+        "json.loads = lambda *a, **k: {'patched': True}\n"
+        "total = fixture.add(a=2, b=3)\n"
+        "total = total['result'] if isinstance(total, dict) else total\n"
+        "print('sum', total)\n"
+        "{'total': total, 'dumped': json.dumps([1])}"
+    )
+    result = await run(engine, code, cache="off")
+    assert result.success, result.error
+    assert result.output == "sum 5\n"
+    assert result.return_value == {"total": 5, "dumped": "patched"}

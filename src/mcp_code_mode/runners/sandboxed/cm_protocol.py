@@ -30,6 +30,9 @@ from cm_runtime import (
 )
 
 _dumps = json.dumps
+_loads = json.loads
+"""Private references: a script that replaces ``json.dumps`` in its own interpreter (cpython) does not change
+what its run reports (cm_runtime keeps its own for the same reason)."""
 
 __all__ = [
     "CHUNK_CHARS",
@@ -85,7 +88,7 @@ class Channel:
 
     def send(self, *messages: dict[str, Any]) -> None:
         """Send messages in one write: the host reads them at once."""
-        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
+        data = b"".join(_dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
         with self._send_lock:
             self._out.write(data)
             self._out.flush()
@@ -97,7 +100,7 @@ class Channel:
         return line
 
     def receive(self) -> dict[str, Any]:
-        return json.loads(self.receive_line())
+        return _loads(self.receive_line())
 
     def send_call(self, server: str, tool: str, payload: str, line: int | None, wait: bool) -> int:
         """Send one ``call`` (its arguments already JSON text, ``payload``) after the pending output; its id."""
