@@ -25,7 +25,7 @@ from ..conftest import fixture_entry, write_config
 
 pytestmark = pytest.mark.anyio
 
-SLOW_START = 8.0
+SLOW_START = 5.0
 """Seconds the slow fixture server sleeps before it serves."""
 
 
