@@ -178,7 +178,9 @@ class RunReporter:
     async def progress(self, progress: RunProgress) -> None:
         if self._gone:
             return
-        if progress.queued is not None:
+        if progress.waiting:
+            message = f"starting: waiting for {', '.join(progress.waiting)}"
+        elif progress.queued is not None:
             message = f"queued: {progress.queued} ahead"
         else:
             calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"

@@ -159,6 +159,24 @@ async def test_a_client_that_listed_the_tools_early_is_told_when_a_starting_serv
         assert "- slow (" in description and "tools: " in description and "starting" not in description
 
 
+async def test_a_run_that_waits_for_a_starting_server_says_so_in_its_progress(tmp_path: Path) -> None:
+    reports: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append(message or "")
+
+    servers = {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START))}
+    async with serving(tmp_path, servers, CODE_MODE_EAGER_RUNNERS="none") as (client, _):
+        result = await client.call_tool(
+            "execute_code",
+            {"language": "python", "code": "slow.add(a=1, b=1)", "cache": "off"},
+            progress_callback=on_progress,
+        )
+        assert result.structured_content is not None and result.structured_content["success"], result
+    assert reports[:2] == ["starting: waiting for slow", "starting: waiting for the local runner"], reports
+    assert len(reports) >= 3 and all(r.startswith("running: ") for r in reports[2:]), reports
+
+
 async def test_get_tool_stubs_and_search_tools_wait_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
     async with serving(tmp_path, {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START))}) as (client, _):
         stubs = await client.call_tool("get_tool_stubs", {"server": "slow"})

@@ -189,13 +189,28 @@ class CodeMode:
     async def settled(self, code: str | None = None) -> None:
         """Wait for the downstream servers still starting (each within its start-up timeout): all of them, or the
         ones whose name or namespace ``code`` names."""
+        await self.pool.settled(self._still_starting(code))
+
+    def _still_starting(self, code: str | None) -> list[str]:
         starting = self.pool.starting()
-        if not starting:
-            return
-        if code is not None:
+        if starting and code is not None:
             names = {spec.name: spec.namespace for spec in self._stubs.index.servers}
             starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n))]
-        await self.pool.settled(starting)
+        return starting
+
+    async def _starting(self, code: str, started: float, on_progress: ProgressCallback | None) -> None:
+        """Wait for the servers ``code`` names that are still starting; a client that asked for progress is told
+        (``starting: waiting for filesystem``)."""
+        servers = self._still_starting(code)
+        if on_progress is not None and servers:
+            await on_progress(RunProgress(time.perf_counter() - started, 0, waiting=tuple(servers)))
+        await self.pool.settled(servers)
+
+    async def _runner(self, name: str, started: float, on_progress: ProgressCallback | None) -> Runner:
+        """The runner, started on its first run (a client that asked for progress is told it waits for it)."""
+        if on_progress is not None and not self.hosts.started(name):
+            await on_progress(RunProgress(time.perf_counter() - started, 0, waiting=(f"the {name} runner",)))
+        return await self.hosts.get(name)
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
@@ -370,7 +385,7 @@ class CodeMode:
             egress=self.egress,
         )
         chosen = plan.runner
-        await self.settled(code)  # the servers it names that are still starting
+        await self._starting(code, started, on_progress)  # the servers it names that are still starting
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
         approved = await self._approved_calls(approve_plan, mode, keyed.key, client)
@@ -387,7 +402,7 @@ class CodeMode:
             if on_progress is not None:
                 await on_progress(RunProgress(time.perf_counter() - started, 0))
             return hit
-        chosen = await self.hosts.get(chosen.name)  # started on its first run (RunnerError if it cannot start)
+        chosen = await self._runner(chosen.name, started, on_progress)  # started on its first run (or RunnerError)
         prepared = await prepare(plan, self.environments)
         if prepared.error is not None:
             return RunResult(

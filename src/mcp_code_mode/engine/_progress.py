@@ -22,6 +22,8 @@ class RunProgress:
     """Tool calls finished so far."""
     queued: int | None = None
     """While the run waits for a slot: how many runs are ahead of it (``None`` once it runs)."""
+    waiting: tuple[str, ...] = ()
+    """Before it runs: what it waits for to start (downstream servers still connecting, its runner's start)."""
 
 
 ProgressCallback = Callable[[RunProgress], Awaitable[None]]
