@@ -54,12 +54,16 @@ def unavailable(runner: str) -> str | None:
     return None
 
 
-@pytest.fixture(params=RUNNERS)
-def runner(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
+def available(name: str) -> str:
+    """The runner's name, or the test skipped saying why this host lacks it."""
     if (reason := unavailable(name)) is not None:
         pytest.skip(f"runner {name} unavailable: {reason}")
     return name
+
+
+@pytest.fixture(params=RUNNERS)
+def runner(request: pytest.FixtureRequest) -> str:
+    return available(request.param)
 
 
 @pytest.fixture(scope="module")

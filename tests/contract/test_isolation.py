@@ -17,7 +17,7 @@ import pytest
 
 from mcp_code_mode import CodeMode, RunResult
 
-from .conftest import unavailable
+from .conftest import available
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +26,7 @@ FULL_PYTHON = ("cpython", "pyodide")
 
 @pytest.fixture(params=FULL_PYTHON)
 def runner(request: pytest.FixtureRequest) -> str:
-    name: str = request.param
-    if (reason := unavailable(name)) is not None:
-        pytest.skip(f"runner {name} unavailable: {reason}")
-    return name
+    return available(request.param)
 
 
 async def run(engine: CodeMode, runner: str, code: str, **options: Any) -> RunResult:
