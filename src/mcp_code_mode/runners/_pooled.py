@@ -32,7 +32,7 @@ from ..egress import NetworkGrant, serve_gate
 from ..errors import RunnerError
 from ..sandbox import Profile, Sandbox, SandboxSpec
 from ._pool import Launcher, Worker, WorkerPool
-from .base import RunRequest, StubBundle
+from .base import Declared, RunRequest, StubBundle
 
 logger = logging.getLogger(__name__)
 
@@ -333,8 +333,39 @@ class WorkerPools:
         return result
 
 
+class PooledRunner(Declared):
+    """A runner whose runs go to its ``workers`` (``WorkerPools``): the lifecycle, the stubs, the state and the run
+    are theirs. A runner overrides only what it does besides (Deno's import map, Pyodide's snapshot)."""
+
+    workers: WorkerPools
+
+    @property
+    def pool(self) -> WorkerPool:
+        return self.workers.pool
+
+    async def start(self) -> None:
+        await self.workers.start()
+        await self.workers.start_default()
+
+    async def aclose(self) -> None:
+        await self.workers.aclose()
+
+    async def ready(self) -> None:
+        await self.workers.ready()
+
+    def set_stubs(self, stubs: StubBundle) -> None:
+        self.workers.set_stubs(stubs)
+
+    def describe(self) -> dict[str, Any]:
+        return self.workers.describe()
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        return await self.workers.run(request, dispatcher)
+
+
 __all__ = [
     "Dialect",
+    "PooledRunner",
     "Launcher",
     "Worker",
     "WorkerPool",

@@ -11,13 +11,13 @@ from typing import Any
 
 import anyio
 
-from ..bridge import RunResult, ToolDispatcher
+from ..bridge import RunResult
 from ..egress import NetworkGrant
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
-from ._pool import Worker, WorkerPool
-from ._pooled import WorkerPools, python_run_message, zygote_launcher
-from .base import CheckRequest, Declared, RunnerInfo, RunRequest, StubBundle, distribution_version
+from ._pool import Worker
+from ._pooled import PooledRunner, WorkerPools, python_run_message, zygote_launcher
+from .base import CheckRequest, RunnerInfo, RunRequest, distribution_version
 
 
 class ZygoteDialect:
@@ -47,7 +47,7 @@ class ZygoteDialect:
         return None
 
 
-class ZygoteRunner(Declared):
+class ZygoteRunner(PooledRunner):
     """A runner on the Python zygote's warm workers."""
 
     def __init__(
@@ -80,10 +80,6 @@ class ZygoteRunner(Declared):
         )
 
     @property
-    def pool(self) -> WorkerPool:
-        return self.workers.pool
-
-    @property
     def isolation(self) -> str:
         extra = "+interpreter" if self.info.keeps_off_network else ""
         return self.sandbox.isolation + extra
@@ -101,25 +97,6 @@ class ZygoteRunner(Declared):
 
     def identity(self) -> dict[str, str]:
         return {name: distribution_version(name) for name in self._distributions}
-
-    def describe(self) -> dict[str, Any]:
-        return self.workers.describe()
-
-    async def start(self) -> None:
-        await self.workers.start()
-        await self.workers.start_default()
-
-    async def aclose(self) -> None:
-        await self.workers.aclose()
-
-    async def ready(self) -> None:
-        await self.workers.ready()
-
-    def set_stubs(self, stubs: StubBundle) -> None:
-        self.workers.set_stubs(stubs)
-
-    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
-        return await self.workers.run(request, dispatcher)
 
 
 __all__ = ["ZygoteDialect", "ZygoteRunner"]

@@ -36,12 +36,11 @@ from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from . import npm
 from ._deno_errors import explain_death
-from ._pool import Worker, WorkerPool
-from ._pooled import WorkerPools, command_launcher
+from ._pool import Worker
+from ._pooled import PooledRunner, WorkerPools, command_launcher
 from ._typecheck import check_typescript
 from .base import (
     CheckRequest,
-    Declared,
     Diagnosis,
     RunnerContext,
     RunnerInfo,
@@ -175,7 +174,7 @@ class DenoDialect:
             result.error = explained
 
 
-class DenoRunner(Declared):
+class DenoRunner(PooledRunner):
     """JavaScript and TypeScript on Deno workers (one run each), with npm packages from the allow-list."""
 
     info = INFO
@@ -225,10 +224,6 @@ class DenoRunner(Declared):
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()
 
-    @property
-    def pool(self) -> WorkerPool:
-        return self.workers.pool
-
     async def start(self) -> None:
         self.deno_dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps(npm.import_map(self.whitelist), indent=2) + "\n"
@@ -244,14 +239,7 @@ class DenoRunner(Declared):
             done = await anyio.run_process(argv, env=env, check=False, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 logger.warning("deno: could not compile the worker program ahead: %s", done.stderr[-500:])
-        await self.workers.start()
-        await self.workers.start_default()
-
-    async def aclose(self) -> None:
-        await self.workers.aclose()
-
-    async def ready(self) -> None:
-        await self.workers.ready()
+        await super().start()
 
     def set_stubs(self, stubs: StubBundle) -> None:
         """The worker defines the stubs from their names, sent with each run; it never loads the source."""

@@ -33,12 +33,11 @@ from ..egress import NetworkGrant
 from ..errors import RunnerError
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
-from ._pool import Launcher, Worker, WorkerPool
-from ._pooled import WorkerPools
+from ._pool import Launcher, Worker
+from ._pooled import PooledRunner, WorkerPools
 from .base import (
     PYTHON_AWAITABLE_RULE,
     CheckRequest,
-    Declared,
     Diagnosis,
     RunnerContext,
     RunnerInfo,
@@ -275,7 +274,7 @@ class _NoCalls:
         return {"error": {"message": "no tool is called while code is validated", "server": server, "tool": tool}}
 
 
-class MontyRunner(Declared):
+class MontyRunner(PooledRunner):
     """Runs on warm ``cm_monty.py`` workers."""
 
     def __init__(self, info: RunnerInfo, *, sandbox: Sandbox, pool_size: int, found: tuple[Path, Path, Path]) -> None:
@@ -291,10 +290,6 @@ class MontyRunner(Declared):
             default_profile=Profile(network=False),
             max_environments=0,
         )
-
-    @property
-    def pool(self) -> WorkerPool:
-        return self.workers.pool
 
     @property
     def isolation(self) -> str:
@@ -331,22 +326,9 @@ class MontyRunner(Declared):
         described.pop("maxWarmEnvironments", None)
         return {**described, "modules": list(MONTY_MODULES)}
 
-    async def start(self) -> None:
-        await self.workers.start()
-        await self.workers.start_default()
-
-    async def aclose(self) -> None:
-        await self.workers.aclose()
-
-    async def ready(self) -> None:
-        await self.workers.ready()
-
     def set_stubs(self, stubs: StubBundle) -> None:
         self._stubs = stubs
         self.workers.set_stubs(stubs)
-
-    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
-        return await self.workers.run(request, dispatcher)
 
 
 def build(context: RunnerContext) -> MontyRunner:
