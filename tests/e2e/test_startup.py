@@ -86,21 +86,23 @@ def _commands_under(pid: int) -> list[str]:
     return found
 
 
-def _server_pid() -> int:
-    """The ``mcp-code-mode serve`` process this test process spawned (a child of ours)."""
-    ours = _children().get(os.getpid(), [])
-    for pid in ours:
+def _server_pid(home: Path) -> int:
+    """The ``mcp-code-mode serve`` this test spawned: the child of ours serving its own servers file (other
+    tests of this process may keep servers of their own running)."""
+    config = str(home / "mcp_servers.json").encode()
+    for pid in _children().get(os.getpid(), []):
         try:
-            if b"serve" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
-                return pid
+            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
         except OSError:
             continue
-    raise AssertionError("no mcp-code-mode serve child")
+        if b"serve" in cmdline and config in cmdline:
+            return pid
+    raise AssertionError(f"no mcp-code-mode serve child with {config.decode()}")
 
 
-def _workers(kind: str) -> list[str]:
+def _workers(home: Path, kind: str) -> list[str]:
     marker = {"local": "worker.py local", "cpython": "worker.py cpython", "deno": "deno_worker"}[kind]
-    return [c for c in _commands_under(_server_pid()) if marker in c]
+    return [c for c in _commands_under(_server_pid(home)) if marker in c]
 
 
 async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -189,26 +191,32 @@ async def test_get_tool_stubs_and_search_tools_wait_for_a_server_that_is_still_s
 async def test_a_runner_that_is_not_eager_has_no_worker_until_its_first_run(tmp_path: Path) -> None:
     async with serving(tmp_path, {}, CODE_MODE_EAGER_RUNNERS="local") as (client, _):
         with anyio.fail_after(60):
-            while not _workers("local"):  # the eager runner warms in the background
+            while not _workers(tmp_path, "local"):  # the eager runner warms in the background
                 await anyio.sleep(0.1)
         await anyio.sleep(1.0)
-        assert _workers("cpython") == [] and _workers("deno") == [], _commands_under(_server_pid())
+        assert _workers(tmp_path, "cpython") == [] and _workers(tmp_path, "deno") == [], _commands_under(
+            _server_pid(tmp_path)
+        )
         result = await _call(client, "execute_code", language="python", runner="cpython", code="1 + 1", cache="off")
         assert result["success"] and result["returnValue"] == 2, result
-        assert _workers("cpython"), "the cpython runner ran without a worker process of its own?"
-        assert _workers("deno") == []
+        assert _workers(tmp_path, "cpython"), "the cpython runner ran without a worker process of its own?"
+        assert _workers(tmp_path, "deno") == []
 
 
 async def test_no_runner_is_started_until_a_run_needs_it_with_eager_none(tmp_path: Path) -> None:
     async with serving(tmp_path, {}, CODE_MODE_EAGER_RUNNERS="none") as (client, _):
         await anyio.sleep(2.0)
-        assert _workers("local") == [] and _workers("cpython") == [] and _workers("deno") == []
+        assert (
+            _workers(tmp_path, "local") == []
+            and _workers(tmp_path, "cpython") == []
+            and _workers(tmp_path, "deno") == []
+        )
         result = await _call(client, "execute_code", language="javascript", code="export default 6 * 7;", cache="off")
         assert result["success"] and result["returnValue"] == 42, result
         with anyio.fail_after(60):  # a deno worker serves one run: its replacement is started after the answer
-            while not _workers("deno"):
+            while not _workers(tmp_path, "deno"):
                 await anyio.sleep(0.05)
-        assert _workers("local") == [] and _workers("cpython") == []
+        assert _workers(tmp_path, "local") == [] and _workers(tmp_path, "cpython") == []
 
 
 def test_an_unknown_eager_runner_stops_start_up_naming_the_valid_ones(tmp_path: Path) -> None:
