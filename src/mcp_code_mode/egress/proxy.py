@@ -2,7 +2,8 @@
 
 It speaks HTTP/1.1 proxying on any stream listener (a Unix socket bound into the sandbox, or TCP for tests):
 
-- ``CONNECT host:port`` opens a tunnel (HTTPS, or anything over TCP) once the policy allows it;
+- ``CONNECT host:port`` opens a tunnel (HTTPS, or anything over TCP) once the policy allows it; TLS in it must
+  name that host (``sni``);
 - ``GET http://host/path`` (absolute form) is forwarded as one request with ``Connection: close``.
 
 The proxy resolves names itself and hands the policy every address (``EgressPolicy.check_addresses``), then
@@ -30,6 +31,7 @@ from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .policy import AddressRefused, EgressPolicy, IPAddress
+from .sni import Hello, check_server_name, client_hello
 
 MAX_HEAD_BYTES = 32 * 1024
 """Request line and headers, at most."""
@@ -331,18 +333,60 @@ class EgressProxy:
                     pass
 
     async def _splice(
-        self, client: ByteStream, reader: BufferedByteReceiveStream, upstream: ByteStream, record: Connection
+        self,
+        client: ByteStream,
+        reader: BufferedByteReceiveStream,
+        upstream: ByteStream,
+        record: Connection,
+        *,
+        tunnel: bool = False,
     ) -> None:
+        """Copy both ways. A ``tunnel``'s first bytes from the client go to the origin only once its TLS
+        ClientHello (if it starts one) names the host the tunnel was opened for (``sni``); else the tunnel ends
+        and the connection is recorded as refused, with the reason."""
+
         def out(n: int) -> None:
             self.log.count(record, out=n)
 
         def into(n: int) -> None:
             self.log.count(record, into=n)
 
+        async def outward() -> None:
+            if tunnel:
+                try:
+                    hello = await client_hello(reader)
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                        await upstream.send_eof()
+                    return
+                why = self._refuse_hello(hello, record)
+                if why is not None:
+                    record.allowed, record.reason = False, why
+                    tg.cancel_scope.cancel()
+                    return
+                out(len(hello.raw))
+                try:
+                    await upstream.send(hello.raw)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+            await self._pump(reader, upstream, out)
+
         async with upstream, anyio.create_task_group() as tg:
-            tg.start_soon(self._pump, reader, upstream, out)
+            tg.start_soon(outward)
             await self._pump(upstream, client, into)
             await _close(client)  # the client's side ends with the origin's
+        await _close(client)
+
+    def _refuse_hello(self, hello: Hello, record: Connection) -> str | None:
+        """Why a tunnel's ClientHello may not pass (``sni.check_server_name``; a tunnel opened for an address
+        literal takes a server name only where the policy would open that name)."""
+        why = check_server_name(hello, record.host)
+        if why is None and hello.server_name is not None and hello.server_name != record.host:
+            try:
+                self.policy.check_name(hello.server_name, record.port)
+            except AddressRefused as exc:
+                why = f"its TLS server name is refused: {exc.rule}"
+        return why
 
     async def _tunnel(self, client: ByteStream, reader: BufferedByteReceiveStream, host: str, port: int) -> None:
         opened = await self._open(client, host, port)
@@ -350,7 +394,7 @@ class EgressProxy:
             return
         upstream, record = opened
         await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        await self._splice(client, reader, upstream, record)
+        await self._splice(client, reader, upstream, record, tunnel=True)
 
     async def _forward(
         self,
