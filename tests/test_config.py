@@ -63,6 +63,25 @@ def test_invalid_json_names_the_file_and_position() -> None:
     assert message.startswith("cfg.json: invalid JSON at line 1, column")
 
 
+def test_a_key_given_twice_in_one_object_is_refused_naming_it() -> None:
+    """A second ``default`` below the first would win silently in a plain JSON parser: a policy could open up unseen."""
+    text = '{"servers": {"fs": {"command": "x", "policy": {"default": "deny", "tools": {}, "default": "allow"}}}}'
+    message = error_of(text)
+    assert message.startswith("cfg.json: the key 'default' appears twice in one object")
+    assert "'tools'" in message
+    assert error_of('{"servers": {"a": {"command": "x"}}, "servers": {}}').startswith("cfg.json: the key 'servers'")
+
+
+def test_a_package_whitelist_with_a_package_twice_is_refused(tmp_path: Path) -> None:
+    from mcp_code_mode.errors import PackageError
+    from mcp_code_mode.packages import Whitelist
+
+    path = tmp_path / "allowed.json"
+    path.write_text('{"python": {"numpy": ["numpy"], "numpy": ["os"]}, "javascript": {}}')
+    with pytest.raises(PackageError, match="the key 'numpy' appears twice"):
+        Whitelist.load(path)
+
+
 def test_unknown_transport_names_the_server_and_field() -> None:
     message = error_of('{"servers": {"remote": {"type": "sse", "url": "http://x"}}}')
     assert "cfg.json" in message

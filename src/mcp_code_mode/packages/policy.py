@@ -18,6 +18,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from .._json import unique_keys
 from ..errors import PackageError
 
 MAX_ENTRY = 120
@@ -55,7 +56,7 @@ class Whitelist:
                 raise PackageError(f"{path}: cannot read the package whitelist: {exc}") from None
             source = str(path)
         try:
-            data: Any = json.loads(text)
+            data: Any = json.loads(text, object_pairs_hook=unique_keys)
         except ValueError as exc:
             raise PackageError(f"{source}: invalid JSON: {exc}") from None
         python = data.get("python", {}) if isinstance(data, dict) else None
