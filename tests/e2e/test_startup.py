@@ -25,8 +25,23 @@ from ..conftest import fixture_entry, write_config
 
 pytestmark = pytest.mark.anyio
 
-SLOW_START = 5.0
-"""Seconds the slow fixture server sleeps before it serves."""
+GATE = "slow-gate"
+"""The file (in the test's home) the slow fixture server waits for before it serves: a test opens it when the
+server may come up, so "still starting" is a fact of the test, not a race with the machine's load."""
+
+
+def _slow(home: Path) -> dict[str, Any]:
+    """A fixture server that starts serving only once the test opens its gate (``_open``)."""
+    return fixture_entry(FIXTURE_START_GATE=str(home / GATE))
+
+
+def _open(home: Path) -> None:
+    (home / GATE).touch()
+
+
+async def _open_after(home: Path, seconds: float) -> None:
+    await anyio.sleep(seconds)
+    _open(home)
 
 
 def _environment(home: Path, **settings: str) -> dict[str, str]:
@@ -114,10 +129,9 @@ async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 async def test_initialize_is_answered_before_a_slow_downstream_server_is_up_and_a_run_that_names_it_waits(
     tmp_path: Path,
 ) -> None:
-    servers = {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START)), "quick": fixture_entry()}
-    async with serving(tmp_path, servers) as (client, initialized):
-        answered = time.monotonic()
-        assert initialized < SLOW_START, f"initialize took {initialized:.1f} s: it waited for the slow server"
+    servers = {"slow": _slow(tmp_path), "quick": fixture_entry()}
+    async with serving(tmp_path, servers) as (client, _):
+        answered = time.monotonic()  # the slow server cannot be up: its gate is still shut
         listed = await client.list_tools()
         description = next(t.description or "" for t in listed.tools if t.name == "execute_code")
         assert "- slow" in description and "starting" in description, description
@@ -131,7 +145,10 @@ async def test_initialize_is_answered_before_a_slow_downstream_server_is_up_and_
         assert "- slow (starting" in description, (time.monotonic() - answered, description)
 
         # A run that names the slow server waits for it, then calls it.
-        slow = await _call(client, "execute_code", language="python", code="slow.add(a=2, b=5)", cache="off")
+        slow: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_open_after, tmp_path, 1.0)
+            slow = await _call(client, "execute_code", language="python", code="slow.add(a=2, b=5)", cache="off")
         assert slow["success"], slow["error"]
         assert "7" in str(slow["returnValue"])
         listed = await client.list_tools()
@@ -148,13 +165,14 @@ async def test_a_client_that_listed_the_tools_early_is_told_when_a_starting_serv
         if isinstance(message, types.ToolListChangedNotification):
             changed.set()
 
-    servers = {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START))}
+    servers = {"slow": _slow(tmp_path)}
     async with serving(tmp_path, servers, on_message) as (client, _):
         tools = client.server_capabilities.tools
         assert tools is not None and tools.list_changed is True
         early = await client.list_tools()
         assert "- slow (starting" in next(t.description or "" for t in early.tools if t.name == "execute_code")
-        with anyio.fail_after(SLOW_START + 60):
+        _open(tmp_path)
+        with anyio.fail_after(60):
             await changed.wait()
         later = await client.list_tools()
         description = next(t.description or "" for t in later.tools if t.name == "execute_code")
@@ -167,8 +185,12 @@ async def test_a_run_that_waits_for_a_starting_server_says_so_in_its_progress(tm
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         reports.append(message or "")
 
-    servers = {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START))}
-    async with serving(tmp_path, servers, CODE_MODE_EAGER_RUNNERS="none") as (client, _):
+    servers = {"slow": _slow(tmp_path)}
+    async with (
+        serving(tmp_path, servers, CODE_MODE_EAGER_RUNNERS="none") as (client, _),
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(_open_after, tmp_path, 1.0)
         result = await client.call_tool(
             "execute_code",
             {"language": "python", "code": "slow.add(a=1, b=1)", "cache": "off"},
@@ -180,7 +202,8 @@ async def test_a_run_that_waits_for_a_starting_server_says_so_in_its_progress(tm
 
 
 async def test_get_tool_stubs_and_search_tools_wait_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
-    async with serving(tmp_path, {"slow": fixture_entry(FIXTURE_START_DELAY=str(SLOW_START))}) as (client, _):
+    async with serving(tmp_path, {"slow": _slow(tmp_path)}) as (client, _), anyio.create_task_group() as tg:
+        tg.start_soon(_open_after, tmp_path, 1.0)
         stubs = await client.call_tool("get_tool_stubs", {"server": "slow"})
         text = "".join(getattr(c, "text", "") for c in stubs.content)
         assert "def add(" in text, text[:500]
