@@ -52,6 +52,17 @@ async def _enter_settled(self: CodeMode) -> CodeMode:
 CodeMode.__aenter__ = _enter_settled
 
 
+@pytest.fixture
+def entered_as_served() -> Generator[None]:
+    """Engines entered as the server and the CLI enter them: without the wait above, for tests of code that must
+    wait for the downstream servers itself (``doctor``, ``mcp-code-mode stubs``), which the wait would hide."""
+    CodeMode.__aenter__ = _enter
+    try:
+        yield
+    finally:
+        CodeMode.__aenter__ = _enter_settled
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"

@@ -13,6 +13,8 @@ from mcp_code_mode.cli import main
 
 from .conftest import filesystem_entry, fixture_entry, write_config
 
+pytestmark = pytest.mark.usefixtures("entered_as_served")  # the commands' engines are not waited for by the suite
+
 ROOT = Path(__file__).resolve().parent.parent
 
 BAD_CONFIGS = {

@@ -15,6 +15,8 @@ from mcp_code_mode.runners.deno import check_deno
 
 from .conftest import fixture_entry, write_config
 
+pytestmark = pytest.mark.usefixtures("entered_as_served")  # the doctor's engine is not waited for by the suite
+
 
 def test_a_healthy_config_passes_and_each_server_and_runner_is_checked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -264,6 +264,7 @@ def _print_result(result: RunResult, *, as_json: bool) -> None:
 
 async def _stubs(config: CodeModeConfig, server: str | None, language: str) -> int:
     async with CodeMode(_one_shot(config)) as cm:
+        await cm.settled()  # the servers connect in the background: their tools are listed once each is up
         for status in cm.pool.servers.values():
             if status.state not in ("ready", "disabled"):
                 print(f"# {status.name}: {status.state}: {status.error}", file=sys.stderr)

@@ -157,6 +157,7 @@ async def _check_engine(config: CodeModeConfig) -> list[Finding]:
 
 async def _check_servers_and_runners(cm: CodeMode, config: CodeModeConfig) -> list[Finding]:
     findings: list[Finding] = []
+    await cm.pool.settled()  # the servers connect in the background: each is up, failed or timed out after this
     for status in cm.pool.servers.values():
         if status.state == "ready":
             findings.append(Finding("ok", "server", f"{status.name}: ready, {len(status.tools)} tools"))
