@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
@@ -120,8 +121,13 @@ class RunReporter:
     that ends sooner sends none: its result, which always has all the output, is already there, and
     each notification costs the client a message to read. Progress (``notifications/progress``) is
     sent only when the client's request carried a ``progressToken``: ``progress`` is the elapsed time
-    in seconds and the message names the tool calls made so far. A client that went away only stops
-    the reports; the run goes on (a cancelled request is what stops a run).
+    in seconds and the message names the tool calls made so far. Once the script reports its own
+    progress (``report_progress(done, total, message)``), its figures are sent instead and the
+    elapsed-time reports stop. ``progress`` never goes backwards for one token: a report whose ``done``
+    is not above the last value sent is not sent, and a script whose first figures are below the elapsed
+    seconds already sent has its ``done`` and ``total`` both multiplied by a power of ten (their ratio
+    kept). A client that went away only stops the reports; the run goes on (a cancelled request is what
+    stops a run).
     """
 
     def __init__(self, ctx: Context, server: CodeModeServer, hold: float = 0.0) -> None:
@@ -132,6 +138,10 @@ class RunReporter:
         self._live = hold <= 0
         self._held: list[str] = []
         self._lock = anyio.Lock()  # held output goes out before anything printed after it
+        self._sent = -math.inf
+        """The last ``progress`` value sent: every next one is greater."""
+        self._scale: float | None = None
+        """Set at the script's first report that is sent: what its figures are multiplied by."""
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
@@ -178,6 +188,11 @@ class RunReporter:
     async def progress(self, progress: RunProgress) -> None:
         if self._gone:
             return
+        if progress.done is not None:
+            await self._script_progress(progress.done, progress.total, progress.message)
+            return
+        if self._scale is not None or progress.elapsed <= self._sent:
+            return  # the script's figures are what this client sees now
         if progress.waiting:
             message = f"starting: waiting for {', '.join(progress.waiting)}"
         elif progress.queued is not None:
@@ -185,7 +200,22 @@ class RunReporter:
         else:
             calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"
             message = f"running: {progress.elapsed:.1f} s, {calls}"
+        self._sent = progress.elapsed
         await self._send(self._ctx.report_progress(progress.elapsed, None, message))
+
+    async def _script_progress(self, done: float, total: float | None, message: str | None) -> None:
+        scale = self._scale
+        if scale is None:
+            if done <= 0 and done <= self._sent:
+                return  # nothing to scale up: not sent
+            scale = 1.0
+            while done * scale <= self._sent:
+                scale *= 10
+        if done * scale <= self._sent:
+            return  # a decrease (or a repeat) is not progress
+        self._scale = scale
+        self._sent = done * scale
+        await self._send(self._ctx.report_progress(done * scale, None if total is None else total * scale, message))
 
     async def _send(self, sending: Any) -> None:
         try:
