@@ -54,7 +54,8 @@ EXECUTE_CODE_HEAD = (
     "Run a script in a sandbox where each tool of the servers below is a function: Python "
     "`server.tool(arg=value)`, JS/TS `await server.tool({ arg: value })`, returning the tool's "
     "structured content or its text (parsed if JSON); a failing tool raises/throws ToolError. Print what you "
-    "need; the last expression (Python) or `export default` (JS) is returnValue. Find tools with search_tools, "
+    "need; the last expression (Python) or `export default` (JS) is returnValue; report_progress(done, total, "
+    "message) informs the client. Find tools with search_tools, "
     "signatures with get_tool_stubs."
 )
 MINIMAL_TOOLS = ("execute_code", "search_tools", "get_tool_stubs")

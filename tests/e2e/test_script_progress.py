@@ -160,3 +160,13 @@ async def test_a_serve_process_over_stdio_sends_a_scripts_progress(tmp_path: Pat
         result, reports = await run(served, THREE_STEPS["python"], "cpython")
     assert result["success"], result
     assert script_reports(reports) == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")], reports
+
+
+async def test_figures_below_the_elapsed_seconds_already_sent_keep_their_ratio_and_still_rise(client: Client) -> None:
+    code = "import time\nreport_progress(0.001, 0.004, 'a')\ntime.sleep(0.15)\nreport_progress(0.002, 0.004, 'b')\n"
+    result, reports = await run(client, code, "cpython")
+    assert result["success"], result
+    mine = script_reports(reports)
+    assert [(m, v / (t or 1)) for v, t, m in mine] == [("a", 0.25), ("b", 0.5)], reports
+    values = [value for value, _, _ in reports]
+    assert values == sorted(values) and len(set(values)) == len(values), "progress must strictly increase"
