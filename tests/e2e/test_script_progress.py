@@ -170,3 +170,19 @@ async def test_figures_below_the_elapsed_seconds_already_sent_keep_their_ratio_a
     assert [(m, v / (t or 1)) for v, t, m in mine] == [("a", 0.25), ("b", 0.5)], reports
     values = [value for value, _, _ in reports]
     assert values == sorted(values) and len(set(values)) == len(values), "progress must strictly increase"
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "valid"),
+    [
+        ("python", "report_progress(1, 2, 'half')\nreport_progress(2)\n", True),
+        ("typescript", "reportProgress(1, 2, 'half');\nreport_progress(2);\nreportProgress(3, null, null);\n", True),
+    ],
+)
+async def test_validate_code_knows_report_progress(client: Client, language: str, code: str, valid: bool) -> None:
+    if language == "typescript":
+        available("deno")
+    with anyio.fail_after(WAIT):
+        result = await client.call_tool("validate_code", {"language": language, "code": code})
+    assert result.structured_content is not None
+    assert result.structured_content["valid"] is valid, result.structured_content["findings"]
