@@ -28,6 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
+from ._tasks import TaskBook, capability, install
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
@@ -251,6 +252,9 @@ class CodeModeServer(MCPServer[Any]):
         self._listed: WeakSet[Any] = WeakSet()
         """Connections that have listed the tools (those a change is worth telling)."""
         self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        self.tasks = TaskBook()
+        """``execute_code`` called as an MCP task (2025-11-25; ``_tasks``)."""
+        install(self._lowlevel_server, self.tasks)
         lowlevel = self._lowlevel_server
         options = lowlevel.create_initialization_options
         lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
@@ -312,6 +316,7 @@ class CodeModeServer(MCPServer[Any]):
                 "description": " ".join((tool.description or "").split()),
             }
             if tool.name == "execute_code":
+                update["execution"] = types.ToolExecution(task_support="optional")
                 update["description"] = EXECUTE_CODE_HEAD + "\n" + describe_servers(self.engine)
                 properties: dict[str, Any] = update["input_schema"].get("properties") or {}
                 if isinstance(properties.get("runner"), dict):
@@ -326,8 +331,11 @@ class CodeModeServer(MCPServer[Any]):
 
 
 def _with_tools_changed(create: Callable[..., Any], notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """The SDK's initialization options, declaring ``tools.listChanged`` (the SDK's default leaves it off)."""
-    return create(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+    """The SDK's initialization options, declaring ``tools.listChanged`` (the SDK's default leaves it off) and
+    tasks (``_tasks``, which the SDK does not know)."""
+    options = create(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+    options.capabilities.tasks = capability()
+    return options
 
 
 LISTED_WITHOUT = frozenset({"title", "minimum", "maximum"})
@@ -381,6 +389,7 @@ def build_server(
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         async with engine, anyio.create_task_group() as tg:
             tg.start_soon(server.notify_tool_changes)
+            server.tasks.attach(tg)
             try:
                 yield {}
             finally:
