@@ -116,6 +116,7 @@ class TaskBook:
             )
         ttl = ttl_ms if isinstance(ttl_ms, int) and not isinstance(ttl_ms, bool) and ttl_ms > 0 else DEFAULT_TTL_MS
         entry = TaskEntry(id=uuid.uuid4().hex, owner=owner, ttl_ms=min(ttl, MAX_TTL_MS))
+        entry.scope.deadline = anyio.current_time() + entry.ttl_ms / 1000  # a run still going at its ttl stops
         self._tasks[entry.id] = entry
         self._group.start_soon(self._run, entry, work)
         return entry
