@@ -6,10 +6,12 @@ tasks API, so the task requests go through its dispatcher as raw JSON-RPC; every
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -104,3 +106,46 @@ async def test_a_call_without_a_task_is_answered_as_before(client: Client) -> No
     with anyio.fail_after(WAIT):
         result = await client.call_tool("execute_code", {"language": "python", "code": "1 + 1", "cache": "off"})
     assert result.structured_content is not None and result.structured_content["returnValue"] == 2
+
+
+def _answer(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a POST (a JSON body, or the last ``data:`` line of an event stream)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
+async def test_a_client_that_drops_its_connection_gets_the_result_in_the_same_session(served: ServerProcess) -> None:
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    hello = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "comes-back", "version": "1"},
+    }
+    code = "import time\ntime.sleep(0.5)\n6 * 7\n"
+    call = {"name": "execute_code", "arguments": {"language": "python", "code": code, "cache": "off"}, "task": {}}
+    with anyio.fail_after(WAIT):
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            first = await http.post(
+                served.url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            )
+            session = first.headers["mcp-session-id"]
+            headers["Mcp-Session-Id"] = session
+            headers["Mcp-Protocol-Version"] = "2025-11-25"
+            await http.post(served.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            created = await http.post(
+                served.url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            )
+            task_id = _answer(created)["result"]["task"]["taskId"]
+        # That connection is gone; a new one in the same session asks for the result.
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            fetched = await http.post(
+                served.url, json={"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id}}
+            )
+    result = _answer(fetched)["result"]
+    assert result["structuredContent"]["returnValue"] == 42, result
