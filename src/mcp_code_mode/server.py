@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
@@ -27,6 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
+from ._tasks import TaskBook, capability, install
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
@@ -53,7 +55,8 @@ EXECUTE_CODE_HEAD = (
     "Run a script in a sandbox where each tool of the servers below is a function: Python "
     "`server.tool(arg=value)`, JS/TS `await server.tool({ arg: value })`, returning the tool's "
     "structured content or its text (parsed if JSON); a failing tool raises/throws ToolError. Print what you "
-    "need; the last expression (Python) or `export default` (JS) is returnValue. Find tools with search_tools, "
+    "need; the last expression (Python) or `export default` (JS) is returnValue; report_progress(done, total, "
+    "message) informs the client. Find tools with search_tools, "
     "signatures with get_tool_stubs."
 )
 MINIMAL_TOOLS = ("execute_code", "search_tools", "get_tool_stubs")
@@ -120,8 +123,13 @@ class RunReporter:
     that ends sooner sends none: its result, which always has all the output, is already there, and
     each notification costs the client a message to read. Progress (``notifications/progress``) is
     sent only when the client's request carried a ``progressToken``: ``progress`` is the elapsed time
-    in seconds and the message names the tool calls made so far. A client that went away only stops
-    the reports; the run goes on (a cancelled request is what stops a run).
+    in seconds and the message names the tool calls made so far. Once the script reports its own
+    progress (``report_progress(done, total, message)``), its figures are sent instead and the
+    elapsed-time reports stop. ``progress`` never goes backwards for one token: a report whose ``done``
+    is not above the last value sent is not sent, and a script whose first figures are below the elapsed
+    seconds already sent has its ``done`` and ``total`` both multiplied by a power of ten (their ratio
+    kept). A client that went away only stops the reports; the run goes on (a cancelled request is what
+    stops a run).
     """
 
     def __init__(self, ctx: Context, server: CodeModeServer, hold: float = 0.0) -> None:
@@ -132,6 +140,10 @@ class RunReporter:
         self._live = hold <= 0
         self._held: list[str] = []
         self._lock = anyio.Lock()  # held output goes out before anything printed after it
+        self._sent = -math.inf
+        """The last ``progress`` value sent: every next one is greater."""
+        self._scale: float | None = None
+        """Set at the script's first report that is sent: what its figures are multiplied by."""
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
@@ -178,6 +190,11 @@ class RunReporter:
     async def progress(self, progress: RunProgress) -> None:
         if self._gone:
             return
+        if progress.done is not None:
+            await self._script_progress(progress.done, progress.total, progress.message)
+            return
+        if self._scale is not None or progress.elapsed <= self._sent:
+            return  # the script's figures are what this client sees now
         if progress.waiting:
             message = f"starting: waiting for {', '.join(progress.waiting)}"
         elif progress.queued is not None:
@@ -185,7 +202,22 @@ class RunReporter:
         else:
             calls = f"{progress.tool_calls} tool call{'' if progress.tool_calls == 1 else 's'}"
             message = f"running: {progress.elapsed:.1f} s, {calls}"
+        self._sent = progress.elapsed
         await self._send(self._ctx.report_progress(progress.elapsed, None, message))
+
+    async def _script_progress(self, done: float, total: float | None, message: str | None) -> None:
+        scale = self._scale
+        if scale is None:
+            if done <= 0 and done <= self._sent:
+                return  # nothing to scale up: not sent
+            scale = 1.0
+            while done * scale <= self._sent:
+                scale *= 10
+        if done * scale <= self._sent:
+            return  # a decrease (or a repeat) is not progress
+        self._scale = scale
+        self._sent = done * scale
+        await self._send(self._ctx.report_progress(done * scale, None if total is None else total * scale, message))
 
     async def _send(self, sending: Any) -> None:
         try:
@@ -220,6 +252,9 @@ class CodeModeServer(MCPServer[Any]):
         self._listed: WeakSet[Any] = WeakSet()
         """Connections that have listed the tools (those a change is worth telling)."""
         self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        self.tasks = TaskBook()
+        """``execute_code`` called as an MCP task (2025-11-25; ``_tasks``)."""
+        install(self._lowlevel_server, self.tasks)
         lowlevel = self._lowlevel_server
         options = lowlevel.create_initialization_options
         lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
@@ -281,6 +316,7 @@ class CodeModeServer(MCPServer[Any]):
                 "description": " ".join((tool.description or "").split()),
             }
             if tool.name == "execute_code":
+                update["execution"] = types.ToolExecution(task_support="optional")
                 update["description"] = EXECUTE_CODE_HEAD + "\n" + describe_servers(self.engine)
                 properties: dict[str, Any] = update["input_schema"].get("properties") or {}
                 if isinstance(properties.get("runner"), dict):
@@ -295,8 +331,11 @@ class CodeModeServer(MCPServer[Any]):
 
 
 def _with_tools_changed(create: Callable[..., Any], notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """The SDK's initialization options, declaring ``tools.listChanged`` (the SDK's default leaves it off)."""
-    return create(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+    """The SDK's initialization options, declaring ``tools.listChanged`` (the SDK's default leaves it off) and
+    tasks (``_tasks``, which the SDK does not know)."""
+    options = create(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+    options.capabilities.tasks = capability()
+    return options
 
 
 LISTED_WITHOUT = frozenset({"title", "minimum", "maximum"})
@@ -350,6 +389,7 @@ def build_server(
     async def lifespan(_: MCPServer[Any]) -> AsyncGenerator[dict[str, Any]]:
         async with engine, anyio.create_task_group() as tg:
             tg.start_soon(server.notify_tool_changes)
+            server.tasks.attach(tg)
             try:
                 yield {}
             finally:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
-from .host import HostRun, RunChannel, RunClock, serve_run
-from .messages import MAX_DEPTH, Call, Done, Output, parse_run_message
+from .host import HostRun, ProgressSink, RunChannel, RunClock, serve_run
+from .messages import MAX_DEPTH, MAX_PROGRESS_MESSAGE, Call, Done, Output, Progress, parse_run_message
 from .outcome import CallEntry, ErrorDetail, FileEntry, NetworkUse, PlanResult, RunResult
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_MESSAGE_BYTES",
+    "MAX_PROGRESS_MESSAGE",
     "Call",
     "CallEntry",
     "Done",
@@ -29,6 +30,8 @@ __all__ = [
     "NetworkUse",
     "Output",
     "PlanResult",
+    "Progress",
+    "ProgressSink",
     "RunChannel",
     "RunClock",
     "RunResult",

@@ -9,7 +9,11 @@ stub call) is answered inline, without a task of its own; the mark is only a hin
 call's id must be greater than the previous call's (so no two calls in hand share one); anything else is a
 protocol error. Once an answer is on its way, the dispatcher's ``report`` tells the audit log of the calls
 answered so far (in batches, while the run reads its answer), and of every call before the loop returns.
-Output is kept up to the cap and passed on, and the first valid ``done`` ends the run;
+Output is kept up to the cap and passed on. A ``progress`` (the script's ``report_progress``) is
+passed on at the host's pace: at most one every ``PROGRESS_INTERVAL`` seconds (the latest wins; the last
+one before ``done`` goes out before the loop returns), at most ``MAX_PROGRESS_REPORTS`` per run, and none
+without an ``on_progress``; a flood costs the loop a parse per message and the client nothing. The first
+valid ``done`` ends the run;
 nothing is read after it, and calls still being answered finish within the run's time (their answers are
 not sent). Anything malformed ends the run with a ``ProtocolError`` outcome. The loop never raises for
 what the run sent.
@@ -30,7 +34,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ..errors import ProtocolError
-from .messages import Call, Output, parse_run_message
+from .messages import Call, Output, Progress, parse_run_message
 from .outcome import ErrorDetail, RunResult
 
 
@@ -42,6 +46,15 @@ class RunChannel(Protocol):
     async def receive(self) -> dict[str, Any] | None:
         """The next message (``ProtocolError`` when it is not one), or None once the run closed its end."""
         ...
+
+
+PROGRESS_INTERVAL = 0.1
+"""Seconds between two ``progress`` reports of one run passed on to ``on_progress``."""
+MAX_PROGRESS_REPORTS = 1000
+"""``progress`` reports of one run passed on at most; later ones are ignored."""
+
+ProgressSink = Callable[[Progress], Awaitable[None]]
+"""Receives a run's ``progress`` reports, at the host's pace (``serve_run``)."""
 
 
 class CallHandler(Protocol):
@@ -91,6 +104,45 @@ class RunClock:
                     self._scope.deadline = now + self._left
 
 
+class ProgressRelay:
+    """Passes a run's ``progress`` reports on, the latest at most every ``interval`` seconds, ``cap`` in all."""
+
+    def __init__(self, sink: ProgressSink, interval: float = PROGRESS_INTERVAL, cap: int = MAX_PROGRESS_REPORTS):
+        self._sink = sink
+        self._interval = interval
+        self._cap = cap
+        self._latest: Progress | None = None
+        self._wake = anyio.Event()
+        self._closing = anyio.Event()
+        self._next = 0.0
+        self.sent = 0
+
+    def put(self, progress: Progress) -> None:
+        """The run's newest report: replaces one not passed on yet; never waits."""
+        if self.sent < self._cap:
+            self._latest = progress
+            self._wake.set()
+
+    def close(self) -> None:
+        """The run said ``done``: what is pending goes out now, and ``serve`` returns."""
+        self._closing.set()
+        self._wake.set()
+
+    async def serve(self) -> None:
+        while not self._closing.is_set() or self._latest is not None:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            delay = self._next - anyio.current_time()
+            if delay > 0 and not self._closing.is_set():
+                with anyio.move_on_after(delay):
+                    await self._closing.wait()
+            latest, self._latest = self._latest, None
+            if latest is not None and self.sent < self._cap:
+                self.sent += 1
+                self._next = anyio.current_time() + self._interval
+                await self._sink(latest)
+
+
 @dataclass
 class HostRun:
     ended: Ended
@@ -108,9 +160,11 @@ async def serve_run(
     on_output: Callable[[str], Awaitable[None]] | None = None,
     max_calls: int = 1024,
     clock: RunClock | None = None,
+    on_progress: ProgressSink | None = None,
 ) -> HostRun:
     """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus
-    the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once."""
+    the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once; the run's
+    ``progress`` reports go to ``on_progress`` (coalesced, capped)."""
     output: list[str] = []
     kept = 0
     started = time.perf_counter()
@@ -149,6 +203,9 @@ async def serve_run(
                     calls.cancel_scope.cancel()
 
             calls.start_soon(watch_closed)
+            relay = ProgressRelay(on_progress) if on_progress is not None else None
+            if relay is not None:
+                calls.start_soon(relay.serve)
             try:
                 while True:
                     raw = await channel.receive()
@@ -162,6 +219,9 @@ async def serve_run(
                         output.append(data)
                         if data and on_output is not None:
                             await on_output(data)
+                    elif isinstance(message, Progress):
+                        if relay is not None:
+                            relay.put(message)
                     elif isinstance(message, Call):
                         if last_id is not None and message.id <= last_id:
                             raise ProtocolError(
@@ -199,6 +259,8 @@ async def serve_run(
                 ended, outcome = "refused", RunResult(success=False, error=ErrorDetail("ProtocolError", str(exc)))
             if ended == "done":  # calls the script did not wait for still finish (within the timeout)
                 closed.set()  # the watcher goes without cancelling them
+                if relay is not None:
+                    relay.close()  # its last report goes out before the loop returns
             else:
                 calls.cancel_scope.cancel()  # calls still being answered belong to a run that is over
         if closed.is_set() and ended == "timeout":

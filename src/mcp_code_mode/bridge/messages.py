@@ -6,8 +6,8 @@ Two channels connect the host and a worker:
   the pid of the child it forked for the next run) and ``exit`` (how that child ended), and the
   host's ``prepare`` and ``run``. A worker that runs user code itself (Deno, Pyodide) says ``ready``
   once, before any user code ran, and is never given a second run.
-- the **run channel**, which the script can write on: only ``call``, ``output`` and one ``done``,
-  parsed by ``parse_run_message``. Everything on it is untrusted input about this run alone; any
+- the **run channel**, which the script can write on: only ``call``, ``output``, ``progress`` and one
+  ``done``, parsed by ``parse_run_message``. Everything on it is untrusted input about this run alone; any
   other op, a field of the wrong type, or a value nested deeper than ``MAX_DEPTH`` ends the run with
   ``ProtocolError``. The host answers a ``call`` with ``result`` (``value`` or ``error``).
 
@@ -16,6 +16,8 @@ worker → host (run channel)::
     {"op": "call", "id": 7, "server": "fs", "tool": "read", "arguments": {...}}   ids increase; "wait": true
                                                    when the worker blocks until this answer
     {"op": "output", "data": "..."}
+    {"op": "progress", "done": 3, "total": 10, "message": "page 3"}   total and message may be null; the
+                                                   host coalesces and caps them (``serve_run``)
     {"op": "done", "success": true, "returnValue": ..., "error": null, "files": [...], "dropped": 0}
 
 host → worker::
@@ -27,6 +29,7 @@ host → worker::
 
 from __future__ import annotations
 
+import math
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,8 @@ MAX_FILES = 1000
 """Most workspace files a ``done`` may list."""
 MAX_NAME = 4096
 """Longest server, tool, error type or file name accepted."""
+MAX_PROGRESS_MESSAGE = 1000
+"""Longest ``progress`` message accepted (every runtime cuts a script's message to it)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,16 @@ class Done:
     dropped: int = 0
 
 
-RunMessage = Call | Output | Done
+@dataclass(frozen=True)
+class Progress:
+    """What a script said of its progress (``report_progress``): finite numbers, a bounded message."""
+
+    done: float
+    total: float | None = None
+    message: str | None = None
+
+
+RunMessage = Call | Output | Progress | Done
 
 
 def depth_within(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -95,6 +109,19 @@ def _text(message: dict[str, Any], key: str, *, limit: int = MAX_NAME, optional:
     if len(value) > limit:
         raise ProtocolError(f"the run sent a {message.get('op')!r} message whose {key!r} is too long")
     return value
+
+
+def _number(message: dict[str, Any], key: str, *, optional: bool = False) -> float | None:
+    value = message.get(key)
+    if value is None and optional:
+        return None
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer beyond any float
+        number = math.nan
+    if not math.isfinite(number):
+        raise ProtocolError(f"the run sent a {message.get('op')!r} message whose {key!r} is not a finite number")
+    return number
 
 
 def _count(value: Any) -> int | None:
@@ -160,6 +187,11 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
         if not isinstance(data, str):
             raise ProtocolError("the run sent an 'output' whose 'data' is not a string")
         return Output(data)
+    if op == "progress":
+        done = _number(message, "done")
+        assert done is not None
+        total = _number(message, "total", optional=True)
+        return Progress(done, total, _text(message, "message", limit=MAX_PROGRESS_MESSAGE, optional=True))
     if op == "done":
         success = message.get("success")
         if not isinstance(success, bool):

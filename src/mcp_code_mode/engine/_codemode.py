@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from ..admission import Admission
-from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
+from ..bridge import CallEntry, ErrorDetail, PlanResult, Progress, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
@@ -363,7 +363,8 @@ class CodeMode:
 
         ``on_output`` receives printed output as it is printed (the result still holds all of it);
         ``on_progress`` receives a ``RunProgress`` when the run starts and every
-        ``progress_interval_ms`` until it ends. Cancelling the calling task stops the run: its worker
+        ``progress_interval_ms`` until it ends, and each report of the script's ``report_progress`` the
+        bridge passes on (``done`` set; its message masked). Cancelling the calling task stops the run: its worker
         process is killed before ``execute`` returns control.
         """
         started = time.perf_counter()
@@ -448,6 +449,15 @@ class CodeMode:
             concurrency=settings.max_concurrent_calls,
             privacy=privacy,
         )
+
+        async def script_progress(report: Progress) -> None:  # at the bridge's pace: a few per second at most
+            assert on_progress is not None
+            message = privacy.mask_text(report.message) if report.message else None
+            elapsed, calls = time.perf_counter() - started, len(dispatcher.calls)
+            await on_progress(RunProgress(elapsed, calls, done=report.done, total=report.total, message=message))
+
+        if on_progress is not None:
+            request = dataclasses.replace(request, on_progress=script_progress)
 
         async def queued(ahead: int) -> None:
             if on_progress is not None:

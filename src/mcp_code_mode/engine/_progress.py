@@ -24,6 +24,12 @@ class RunProgress:
     """While the run waits for a slot: how many runs are ahead of it (``None`` once it runs)."""
     waiting: tuple[str, ...] = ()
     """Before it runs: what it waits for to start (downstream servers still connecting, its runner's start)."""
+    done: float | None = None
+    """A report of the script itself (``report_progress(done, total, message)``): how far it says it is; None
+    for the engine's own reports. The script's figures are its claim, passed on as it made it (a decrease
+    too); ``message`` is masked like anything else of the run that reaches the client."""
+    total: float | None = None
+    message: str | None = None
 
 
 ProgressCallback = Callable[[RunProgress], Awaitable[None]]

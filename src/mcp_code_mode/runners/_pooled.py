@@ -280,6 +280,7 @@ class WorkerPools:
                     on_output=request.on_output,
                     max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
                     clock=request.clock,
+                    on_progress=request.on_progress,
                 )
             result = hosted.outcome
             if log is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..bridge import ErrorDetail, FileEntry, RunClock, RunResult, ToolDispatcher
+from ..bridge import ErrorDetail, FileEntry, ProgressSink, RunClock, RunResult, ToolDispatcher
 from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ class RunRequest:
     """Tool calls of the run answered at once (``CODE_MODE_MAX_CONCURRENT_CALLS``)."""
     clock: RunClock | None = None
     """The run's deadline, which time spent waiting for a person's approval does not use up."""
+    on_progress: ProgressSink | None = None
+    """Receives the script's ``report_progress`` figures, at the host's pace (``bridge.serve_run``)."""
 
 
 PackageKind = Literal["none", "environment", "self"]

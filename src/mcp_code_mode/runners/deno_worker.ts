@@ -11,7 +11,8 @@
  * never serves another run:
  *
  *   worker → host   {"op": "ready"}, {"op": "call", id, server, tool, arguments},
- *                   {"op": "output", data}, {"op": "done", success, returnValue, error, dropped, files}
+ *                   {"op": "output", data}, {"op": "progress", done, total, message},
+ *                   {"op": "done", success, returnValue, error, dropped, files}
  *   host → worker   {"op": "run", code, language, allow_network, max_output, functions, unavailable?, packages},
  *                   {"op": "result", id, value} or {"op": "result", id, error: {message, server, tool}}
  *
@@ -45,6 +46,8 @@ import {
   Output,
   parseMessage,
   parseRunMessage,
+  ProgressReports,
+  progressReport,
   type RunMessage,
   RUNTIME_URL,
   ToolChannel,
@@ -90,6 +93,21 @@ const output = new Output(writer, {
   clear: (id) => realClearTimeout(id as number),
 });
 const tools = new ToolChannel(writer, reader, output);
+const progress = new ProgressReports(writer, output, {
+  set(callback, ms) {
+    const id = realSetTimeout(callback, ms);
+    unrefTimer(id);
+    return id;
+  },
+  clear: (id) => realClearTimeout(id as number),
+});
+
+/** `reportProgress(done, total?, message?)` (also `report_progress`): the client's MCP progress, a few a second. */
+function reportProgress(done: unknown, total?: unknown, message?: unknown): void {
+  const report = progressReport(done, total, message);
+  if (typeof report === "string") throw new TypeError(`reportProgress(done, total, message): ${report}`);
+  progress.report(report);
+}
 
 function text(chunk: unknown): string {
   return typeof chunk === "string" ? chunk : chunk instanceof Uint8Array ? decoder.decode(chunk) : String(chunk);
@@ -229,6 +247,8 @@ function defineTools(functions: Record<string, string[]>): void {
   for (const namespace of Object.keys(unavailable)) define(globalThis, namespace, unavailableNamespace(namespace));
   define(globalThis, "callTool", callTool);
   define(globalThis, "ToolError", ToolError);
+  define(globalThis, "reportProgress", reportProgress);
+  define(globalThis, "report_progress", reportProgress);
 }
 
 // ----- require() for Node.js built-ins and the run's npm packages ---------------------------------
@@ -332,6 +352,7 @@ function finish(success: boolean, error: ErrorJson | null = null): void {
   // its first `max_output` characters of JSON, as the cpython runner cuts it, and the run is truncated.
   const { value, cut } = success ? encodeValue(returnValue, output.cap, inspect) : { value: null, cut: false };
   const dropped = output.dropped + (cut ? 1 : 0);
+  progress.flush(); // the last report goes out before done
   output.flush({ op: "done", success, returnValue: value, error, dropped, files: listFiles() });
 }
 

@@ -7,6 +7,8 @@ holds no JavaScript references), called as ``bridge(op, ...)`` with strings only
 
 - ``"output", text``: printed text (the worker caps it and sends ``output`` messages);
 - ``"flush"``: send the pending output now;
+- ``"progress", report_json``: the script's ``report_progress`` (``cm_runtime.ProgressReports`` sets the
+  pace; the worker checks the figures and sends the ``progress`` message);
 - ``"send", server, tool, arguments_json, line, wait``: the call is sent at once; its id (a string of
   digits), or a ``result`` line refusing it;
 - ``"receive"``: the host's next ``result`` line, whatever its id (the worker blocks on stdin until it is
@@ -57,6 +59,7 @@ from cm_runtime import (
     AwaitableCalls,
     FinalAnswer,
     OutputBuffer,
+    ProgressReports,
     ToolCalls,
     ToolError,
     final_answer,
@@ -99,6 +102,7 @@ class NotCapable(ImportError):
 def _send(server: str, tool: str, payload: str, line: int | None, wait: bool) -> int:
     if _output is not None:
         _output.flush()
+    _progress.flush()
     answer = _bridge("send", str(server), str(tool), payload, line or 0, bool(wait))
     if isinstance(answer, str) and answer.isdigit():
         return int(answer)
@@ -122,6 +126,21 @@ def parallel(functions: Any) -> list[Any]:
     """Call each function (each makes one tool call) with every call in flight at once; the results
     in order, or the first failed call's ToolError once all are answered."""
     return _calls.parallel(functions)
+
+
+def _send_progress(report: dict[str, Any]) -> None:
+    if _output is not None:
+        _output.flush()
+    _bridge("progress", _dumps(report))
+
+
+_progress = ProgressReports(_send_progress)
+
+
+def report_progress(done: float, total: float | None = None, message: str | None = None) -> None:
+    """Tell the client how far the script is (MCP progress, when it asked for it); a few reports a second go
+    out, the newest of each moment (the one kept back goes out before the next tool call, sleep, or the end)."""
+    _progress.report(done, total, message)
 
 
 def _script_line(frame: types.FrameType | None) -> int | None:
@@ -259,10 +278,11 @@ _idle_flush = _IdleFlush()
 def _flush_output() -> None:
     if _output is not None:
         _output.flush()
+    _progress.flush()
 
 
 def _flushing_sleep(seconds: float) -> None:
-    """``time.sleep``, which first sends the output printed so far."""
+    """``time.sleep``, which first sends the output printed so far (and a progress report kept back)."""
     _flush_output()
     _sleep(seconds)
 
@@ -361,6 +381,7 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
         "call_tool": call_tool,
         "final_answer": final_answer,
         "parallel": parallel,
+        "report_progress": report_progress,
     }
     for name in _loads(namespaces_json):
         if name in _stubs:
@@ -384,6 +405,7 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
             done = {"success": False, "error": _error(exc, code)}
         if done["success"]:
             done["returnValue"], cut = jsonable(value, max_output)
+    _progress.flush()
     _output.finish()
     done["files"] = list_files(WORKSPACE)
     done["dropped"] = _output.buffer.dropped + (1 if cut else 0)

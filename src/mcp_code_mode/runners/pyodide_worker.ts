@@ -41,6 +41,7 @@ import {
   Output,
   parseMessage,
   parseRunMessage,
+  progressReport,
   RUNTIME_URL,
   ToolChannel,
 } from "./worker_runtime.ts";
@@ -96,6 +97,13 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
   }
   if (op === "flush") {
     output.flush();
+    return undefined;
+  }
+  if (op === "progress") {
+    // The prelude's report_progress sets the pace (cm_runtime.ProgressReports); the figures are checked here.
+    const figures = typeof a === "string" ? parseMessage(a) : null;
+    const report = figures ? progressReport(figures.done, figures.total, figures.message) : "not a report";
+    if (typeof report !== "string") output.flush(report);
     return undefined;
   }
   if (op === "receive") {

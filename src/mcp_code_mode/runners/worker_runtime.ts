@@ -9,6 +9,7 @@
  * - `Output`: printed text, capped and sent in `output` chunks as it is printed, also during
  *   synchronous work (a write flushes when the last flush is older than `FLUSH_MS`);
  * - `ToolChannel`: a tool call and the host's `result` line for it;
+ * - `progressReport` / `ProgressReports`: a script's `report_progress`, checked, a few a second;
  * - `encodeValue` / `capJson`: a return value as JSON, cut to the output cap as cpython's is;
  * - `parseRunMessage`: the run message, checked field by field.
  *
@@ -23,6 +24,10 @@ export const MAX_FILES = 200;
 /** Longest server or tool name a tool call may carry. */
 export const MAX_NAME = 256;
 export const DEFAULT_MAX_OUTPUT = 100_000;
+/** A script's progress is sent at most this often (milliseconds; the host passes reports on at this pace). */
+export const PROGRESS_MS = 100;
+/** Characters of a progress message sent (the host refuses longer ones). */
+export const MAX_PROGRESS_MESSAGE = 1000;
 /** This module's URL (its frames are hidden from tracebacks, its file from the script). */
 export const RUNTIME_URL = import.meta.url;
 
@@ -185,6 +190,60 @@ export class Output {
   private cancelTimer(): void {
     if (this.timer !== null && this.timers !== null) this.timers.clear(this.timer);
     this.timer = null;
+  }
+}
+
+// ----- progress -------------------------------------------------------------------------------------
+
+/** The `progress` message of `report_progress(done, total, message)`, or what is wrong with its figures. */
+export function progressReport(done: unknown, total: unknown, message: unknown): Message | string {
+  if (typeof done !== "number" || !Number.isFinite(done)) return "done must be a finite number";
+  if (total !== undefined && total !== null && (typeof total !== "number" || !Number.isFinite(total))) {
+    return "total must be a finite number (or null)";
+  }
+  let text: string | null = null;
+  if (message !== undefined && message !== null) {
+    try {
+      text = String(message).slice(0, MAX_PROGRESS_MESSAGE);
+    } catch {
+      return "message must be a string";
+    }
+  }
+  return { op: "progress", done, total: total ?? null, message: text };
+}
+
+/** A script's reports: sent at once when the last went `PROGRESS_MS` ago, else kept (the newest wins) until
+ * the next report past the interval, a timer once the script is idle, or `flush` (before the run's done). */
+export class ProgressReports {
+  private last = -Infinity;
+  private pending: Message | null = null;
+  private timer: unknown = null;
+
+  constructor(
+    private readonly writer: MessageWriter,
+    private readonly output: Output,
+    private readonly timers: Timers | null = null,
+  ) {}
+
+  report(message: Message): void {
+    this.pending = message;
+    if (now() - this.last >= PROGRESS_MS) this.flush();
+    else if (this.timer === null && this.timers !== null) {
+      this.timer = this.timers.set(() => {
+        this.timer = null;
+        this.flush();
+      }, PROGRESS_MS);
+    }
+  }
+
+  flush(): void {
+    if (this.timer !== null && this.timers !== null) this.timers.clear(this.timer);
+    this.timer = null;
+    if (this.pending === null) return;
+    const message = this.pending;
+    this.pending = null;
+    this.output.flush(message); // what was printed before it, then the report
+    this.last = now();
   }
 }
 

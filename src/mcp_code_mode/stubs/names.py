@@ -9,15 +9,15 @@ from collections.abc import Iterable
 
 # Names the sandbox defines itself; a server or tool may not shadow them.
 SANDBOX_RESERVED = frozenset(
-    {"call_tool", "ToolError", "final_answer", "parallel", "print", "open", "servers", "tools"}
+    {"call_tool", "ToolError", "final_answer", "parallel", "report_progress", "print", "open", "servers", "tools"}
 )
 # JavaScript reserved words, and globals a namespace must not shadow (namespaces are globals under Deno).
 JS_RESERVED = frozenset(
     """break case catch class const continue debugger default delete do else enum export extends false finally
     for function if import in instanceof new null return super switch this throw true try typeof var void while
     with yield let static implements interface package private protected public await async arguments eval
-    undefined NaN Infinity console callTool ToolError Deno globalThis Object Array String Number Boolean JSON Math
-    Date Promise Error Map Set Symbol require module exports process
+    undefined NaN Infinity console callTool ToolError reportProgress report_progress Deno globalThis Object Array
+    String Number Boolean JSON Math Date Promise Error Map Set Symbol require module exports process
     fetch crypto performance navigator location self window global Buffer Intl Reflect Proxy RegExp Function
     BigInt WeakMap WeakSet ArrayBuffer Uint8Array URL URLSearchParams TextEncoder TextDecoder Request Response
     Headers Blob FormData WebSocket AbortController Event EventTarget atob btoa structuredClone queueMicrotask

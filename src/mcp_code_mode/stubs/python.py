@@ -26,6 +26,7 @@ call_tool(server, tool, arguments) calls any tool by its original names; a faili
 A result is the tool's structured content where it has one, else its text (parsed when it is JSON).
 parallel(lambda: srv.tool(x=i) for i in items) makes the calls at once: results in order; the first failed
 call's ToolError is raised once all are answered. Under cpython and pyodide, asyncio.gather of stub calls too.
+report_progress(done, total=None, message=None) tells the client how far the script is (MCP progress).
 """
 from __future__ import annotations
 

@@ -40,10 +40,15 @@ declare class ToolError extends Error {
 
 /** Call any tool by its server and tool names, e.g. `await callTool("filesystem", "read_text_file", { path })`. */
 declare function callTool(server: string, tool: string, args?: object): Promise<any>;
+
+/** Tell the client how far the script is (MCP progress), e.g. `reportProgress(3, 10, "page 3")`. */
+declare function reportProgress(done: number, total?: number | null, message?: string | null): void;
+/** The same as `reportProgress`. */
+declare function report_progress(done: number, total?: number | null, message?: string | null): void;
 """
 
 # Names the header declares; generated types must not take them.
-HEADER_NAMES = frozenset({"ToolError", "callTool", "require"})
+HEADER_NAMES = frozenset({"ToolError", "callTool", "reportProgress", "report_progress", "require"})
 
 _PRIMITIVES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 _MAX_DEPTH = 6

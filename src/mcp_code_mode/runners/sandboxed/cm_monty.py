@@ -10,6 +10,7 @@ filter) interprets it, and it answers that child's suspensions itself:
   inside a top-level ``await`` is answered with a future, so ``asyncio.gather`` sends its calls together and the
   host may answer them at once (the same rule as the cpython runner, ``cm_runtime.AwaitableCalls``);
 - printed text goes to the run's ``Output`` (sent as ``output`` within about 50 ms);
+- ``report_progress(done, total, message)`` becomes a ``progress`` (a few a second: ``cm_runtime.ProgressReports``);
 - ``final_answer(x)`` ends the run with ``x``; files are the workspace's, mounted read-write at its own path;
 - everything else (imports, ``open``, clocks, sleeps) is Monty's own, with the workspace its only mount.
 
@@ -38,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cm_os import PR_SET_DUMPABLE, prctl, set_name, wipe
 from cm_protocol import Channel, Output
-from cm_runtime import DEFAULT_MAX_OUTPUT, FLUSH_SECONDS, jsonable, list_files, tool_arguments
+from cm_runtime import DEFAULT_MAX_OUTPUT, FLUSH_SECONDS, ProgressReports, jsonable, list_files, tool_arguments
 
 VIRTUAL_WORKSPACE = "/workspace"
 """Where the script sees its workspace (its working directory)."""
@@ -163,6 +164,8 @@ class Calls:
         """Messages of the ToolErrors raised in the script (an uncaught one is reported as ``ToolError``)."""
         self.collecting = False
         """Inside ``parallel``: a call is sent and returns a pending call at once."""
+        self.progress = ProgressReports(channel.send)
+        output.also_flush(self.progress.flush)
 
     def send(self, server: str, tool: str, arguments: Any, line: int | None, wait: bool = False) -> int:
         """Send one call (after the pending output), its arguments encoded once: checked and sent; its id."""
@@ -426,6 +429,8 @@ class Runner:
                 return snapshot.resume(self.gather(calls, args[0] if args else []))
             elif name == "final_answer":
                 raise FinalAnswer(args[0] if args else kwargs.get("value"))
+            elif name == "report_progress":
+                return snapshot.resume(_report(calls.progress, args, kwargs))
             else:
                 return snapshot.resume({"exc_type": "NameError", "message": f"name {name!r} is not defined"})
             line = script_line(source, snapshot.position)
@@ -479,6 +484,7 @@ class Runner:
         result["returnValue"] = value
         result["files"] = list_files(self.workspace)
         result["dropped"] = output.dropped + (1 if cut else 0)
+        output.flush()  # with the last progress report, before done
         return result
 
 
@@ -493,6 +499,21 @@ def _plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
         return {k if isinstance(k, str) else repr(k): _plain(v, depth + 1) for k, v in value.items()}
     return repr(value)
+
+
+def _report(progress: ProgressReports, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``report_progress(done, total=None, message=None)``: None, or the script's TypeError or ValueError."""
+    try:
+        given: dict[str, Any] = dict(zip(("done", "total", "message"), args, strict=False))
+        if len(args) > 3 or set(kwargs) - {"done", "total", "message"} or set(kwargs) & set(given):
+            raise TypeError("report_progress(done, total=None, message=None) got unexpected arguments")
+        given.update(kwargs)
+        if "done" not in given:
+            raise TypeError("report_progress() missing required argument: 'done'")
+        progress.report(given["done"], given.get("total"), given.get("message"))
+    except (TypeError, ValueError) as exc:
+        return {"exc_type": type(exc).__name__, "message": str(exc)}
+    return {"return_value": None}
 
 
 def _call_tool(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Any]:

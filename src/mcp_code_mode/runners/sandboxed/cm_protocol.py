@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cm_runtime import (
@@ -145,6 +146,7 @@ class Output(io.TextIOBase):
         self._buffer = OutputBuffer(self._send, cap)
         self._lock = threading.Lock()
         self._armed = threading.Event()
+        self._also: list[Callable[[], None]] = []
 
     @property
     def cap(self) -> int:
@@ -167,6 +169,11 @@ class Output(io.TextIOBase):
                 self.flush()
 
         threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
+
+    def also_flush(self, flush: Callable[[], None]) -> None:
+        """Call ``flush`` too whenever the output is flushed (on each tick of the flusher, before a tool call):
+        the run's progress report kept back."""
+        self._also.append(flush)
 
     def arm(self, cap: int) -> None:
         self._buffer.cap = cap
@@ -191,6 +198,8 @@ class Output(io.TextIOBase):
     def flush(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
         with self._lock:
             self._buffer.flush()
+        for flush in self._also:
+            flush()
 
     def finish(self, message: dict[str, Any]) -> None:
         """Send what is pending and then ``message`` (the run's ``done``) in one write."""

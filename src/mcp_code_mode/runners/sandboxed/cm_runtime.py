@@ -6,12 +6,13 @@ Imported as ``cm_runtime`` in two places, standard library only, on Python 3.11 
 - inside Pyodide (the ``pyodide`` runner): ``pyodide_worker.ts`` writes this file into site-packages beside
   the prelude (``_codemode``) when it makes the memory snapshot, whose digest covers this file's bytes.
 
-Here: the names a script gets (``ToolError``, ``final_answer``), the limits and intervals of a run's
-output and return value, the printed-output buffer with its flush rule, the check of tool arguments and
-the reading of the host's answers and their matching to callers by id (``ToolCalls``: blocking calls,
-``parallel`` and awaited ones), the reports of values, errors and files, and the rule for when a
-stub call is awaitable (``AwaitableCalls``). What each runner adds is its transport: a channel with a
-flusher thread in the zygote, the worker's bridge function and no threads under Pyodide.
+Here: the names a script gets (``ToolError``, ``final_answer``, and ``report_progress``'s pace:
+``ProgressReports``), the limits and intervals of a run's output and return value, the printed-output
+buffer with its flush rule, the check of tool arguments and the reading of the host's answers and
+their matching to callers by id (``ToolCalls``: blocking calls, ``parallel`` and awaited ones), the
+reports of values, errors and files, and the rule for when a stub call is awaitable
+(``AwaitableCalls``). What each runner adds is its transport: a channel with a flusher thread in the
+zygote, the worker's bridge function and no threads under Pyodide.
 
 Everything a script does with these objects stays in its own sandbox; the host checks what comes out.
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
+import threading
 import time
 import types
 from collections.abc import Callable
@@ -34,6 +37,10 @@ DEFAULT_MAX_OUTPUT = 100_000
 """The cap of printed output, and of the return value's JSON, when the run message gives none."""
 MAX_FILES = 200
 """Files of the workspace listed in a run's report."""
+PROGRESS_SECONDS = 0.1
+"""A script's ``report_progress`` is sent at most this often (the host passes reports on at this pace)."""
+MAX_PROGRESS_MESSAGE = 1000
+"""Characters of a progress message sent (the host refuses longer ones)."""
 
 # Private references: a script may replace ``json.dumps`` or ``os.walk`` in its own interpreter, and the
 # result of its run must still be reported.
@@ -44,6 +51,7 @@ _join = os.path.join
 _relpath = os.path.relpath
 _repr = repr
 _monotonic = time.monotonic
+_isfinite = math.isfinite
 
 
 class ToolError(Exception):
@@ -366,6 +374,54 @@ class OutputBuffer:
     def flush(self) -> None:
         if self._pending_chars:
             self._send(self.take())
+
+
+def progress_report(done: Any, total: Any = None, message: Any = None) -> dict[str, Any]:
+    """The ``progress`` message of ``report_progress(done, total, message)``; ``TypeError`` or ``ValueError``
+    for figures that are not finite numbers."""
+    figures = {"done": done, "total": total}
+    for name, value in figures.items():
+        if value is None and name == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"report_progress(done, total=None, message=None): {name} must be a number")
+        try:
+            if not _isfinite(value):
+                raise ValueError(f"report_progress: {name} must be finite")
+        except OverflowError:
+            raise ValueError(f"report_progress: {name} is too large") from None
+    text = None if message is None else str(message)[:MAX_PROGRESS_MESSAGE]
+    return {"op": "progress", "done": float(done), "total": None if total is None else float(total), "message": text}
+
+
+class ProgressReports:
+    """A script's ``report_progress``: sent at once when the last one went ``PROGRESS_SECONDS`` ago, else
+    kept (the newest wins) until the next report past the interval or ``flush`` (the runner's clock, and
+    before ``done``): a loop that reports a million times sends a few messages a second."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], clock: Callable[[], float] = _monotonic) -> None:
+        self._send = send
+        self._clock = clock
+        self._last = float("-inf")
+        self._pending: dict[str, Any] | None = None
+        self._lock = threading.Lock()  # the zygote's flusher thread flushes too
+
+    def report(self, done: Any, total: Any = None, message: Any = None) -> None:
+        report = progress_report(done, total, message)
+        with self._lock:
+            self._pending = report
+            if self._clock() - self._last >= PROGRESS_SECONDS:
+                self._flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._last = self._clock()
+            self._send(pending)
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)

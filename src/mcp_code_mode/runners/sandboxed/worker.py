@@ -51,7 +51,7 @@ from cm_os import (
     yield_to_the_server,
 )
 from cm_protocol import Channel, Output
-from cm_runtime import DEFAULT_MAX_OUTPUT, jsonable, list_files
+from cm_runtime import DEFAULT_MAX_OUTPUT, ProgressReports, jsonable, list_files
 
 
 def _exit_status(status: int) -> str:
@@ -100,6 +100,8 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         import cm_egress
 
         cm_egress.use_proxy(cm_egress.start(egress))
+    progress = ProgressReports(run.send)
+    output.also_flush(progress.flush)  # a report kept back goes out within a tick
     cap = int(message.get("max_output", DEFAULT_MAX_OUTPUT))
     output.arm(cap)
     run.output = output
@@ -113,9 +115,15 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         in order, or the first failed call's ToolError once all are answered."""
         return run.tools.parallel(functions)
 
+    def report_progress(done: float, total: float | None = None, message: str | None = None) -> None:
+        """Tell the client how far the script is (MCP progress, when it asked for it); a few reports a
+        second go out, the newest of each moment."""
+        progress.report(done, total, message)
+
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
     tools["parallel"] = parallel
+    tools["report_progress"] = report_progress
     if kind == "cpython":
         result = run_cpython(message["code"], tools, output)
     else:
@@ -123,6 +131,7 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     result["returnValue"], cut = jsonable(result.pop("value", None), cap)
     result["files"] = list_files(workspace)
     result["dropped"] = output.dropped + (1 if cut else 0)
+    progress.flush()  # the last report goes out before done
     output.finish({"op": "done", **result})  # the last output and done in one write
 
 
