@@ -169,7 +169,12 @@ class Output(io.TextIOBase):
         threading.Thread(target=flush_every_tick, name="output-flusher", daemon=True).start()
 
     def arm(self, cap: int) -> None:
-        self._buffer.cap = cap
+        """Start a run's output with its cap (a session's next run starts counting again)."""
+        with self._lock:
+            self._buffer.flush()
+            self._buffer.cap = cap
+            self._buffer.used = 0
+            self._buffer.dropped = 0
         self._armed.set()
 
     def writable(self) -> bool:
