@@ -552,7 +552,7 @@ class CodeMode:
         return result
 
     def _check_session(self, held: Session | None, chosen: Runner, language: str) -> None:
-        """A new session needs a runner that opens sessions; a held one runs only its own runner and language."""
+        """A new session needs a runner that opens sessions; a held one runs only on its own runner."""
         if held is None:
             if not chosen.info.sessions or not isinstance(chosen, SessionRunner):
                 able = sorted(r.name for r in self.runners.values() if r.info.sessions)
@@ -560,9 +560,9 @@ class CodeMode:
                     f"the {chosen.name} runner has no sessions (runners with sessions: {', '.join(able) or 'none'})"
                 )
             return
-        if chosen.name != held.runner or language != held.language:
+        if chosen.name != held.runner:  # any language of its runner (JavaScript and TypeScript share a scope)
             raise UnsupportedError(
-                f"session {held.id!r} runs {held.language} on the {held.runner} runner: use those, or open a new "
+                f"session {held.id!r} runs on the {held.runner} runner ({held.language}): use it, or open a new "
                 'session with session="new"'
             )
 

@@ -214,8 +214,10 @@ class RunnerSession(Protocol):
     """One interpreter kept for a session's runs: a worker process that serves nothing else and is killed at
     ``aclose`` (or as soon as a run of it times out or its worker dies: it has then ``ended``)."""
 
-    ended: str | None
-    """Why the session can serve no further run (None while it can)."""
+    @property
+    def ended(self) -> str | None:
+        """Why the session can serve no further run (None while it can)."""
+        ...
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
         """Run in the session's interpreter; a run that does not end with its own ``done`` ends the session."""
