@@ -27,6 +27,8 @@ from ..runners import RunnerSession
 
 MAX_TOMBSTONES = 16
 """Ended sessions a client is told about (why they ended) before the oldest is forgotten."""
+IDLE = "idle"
+"""The tombstone of a session the sweeper closed: its owner is told it idled out, as an unknown session."""
 SWEEP_EVERY = 5.0
 """Longest pause between two sweeps for idle sessions (shorter when ``idle_s`` is)."""
 
@@ -105,6 +107,11 @@ class SessionBook:
             self._bury(session, session.handle.ended)
         tomb = self._ended.get(client, {}).get(session_id)
         if tomb is not None and tomb[1] > time.monotonic():
+            if tomb[0] == IDLE:
+                raise UnsupportedError(
+                    f"unknown session {session_id!r}: it was closed after {self.idle_s:g} s idle "
+                    '(CODE_MODE_SESSION_IDLE_S); start one with session="new"'
+                )
             raise UnsupportedError(f'session {session_id!r} has ended: {tomb[0]}; start another with session="new"')
         raise UnsupportedError(f'unknown session {session_id!r}: start one with session="new"')
 
@@ -145,7 +152,7 @@ class SessionBook:
             now = time.monotonic()
             idle = [s for s in self._open.values() if not s.busy and now - s.used >= self.idle_s]
             for session in idle:
-                self._bury(session, f"it was idle for more than {self.idle_s:g} s (CODE_MODE_SESSION_IDLE_S)")
+                self._bury(session, IDLE)
                 await session.handle.aclose()
             for client, tombs in list(self._ended.items()):
                 for key in [k for k, (_, expires) in tombs.items() if expires <= now]:
