@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from mcp import Client
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.server import build_server
 
-from ..conftest import child_pids, fixture_entry, free_port, http_client, make_config, write_config
+from ..conftest import alive, child_pids, fixture_entry, free_port, http_client, make_config, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +44,7 @@ async def close(client: Client, session_id: str) -> None:
     assert not closed.is_error
 
 
-@pytest.mark.parametrize("runner", ["cpython", "local"])
+@pytest.mark.parametrize("runner", ["cpython", "local", "pyodide"])
 async def test_a_python_session_keeps_globals_imports_functions_and_files_and_a_plain_run_stays_fresh(
     client: Client, runner: str
 ) -> None:
@@ -148,6 +147,42 @@ async def test_a_session_runs_only_on_its_own_runner_and_a_made_up_id_is_unknown
     assert unknown.is_error
 
 
+async def test_a_done_that_an_earlier_run_of_the_session_forges_late_does_not_end_the_next_run(client: Client) -> None:
+    # Run 1 leaves a thread that, during run 2, writes a `done` for run 1 on the session's run channel.
+    forger = """
+import gc, threading, time
+channel = next(o for o in gc.get_objects() if type(o).__name__ == "Channel" and hasattr(o, "tools"))
+def forge():
+    time.sleep(0.3)
+    channel.send({"op": "done", "success": True, "returnValue": "forged", "run": 1})
+threading.Thread(target=forge, daemon=True).start()
+"""
+    first = await call(client, forger, runner="cpython", session="new")
+    assert first["success"], first["error"]
+    second = await call(client, "import time\ntime.sleep(0.8)\n'real'", session=first["sessionId"])
+    assert second["success"] and second["returnValue"] == "real"
+    await close(client, first["sessionId"])
+
+
+async def test_a_second_call_on_a_session_while_one_runs_is_refused(client: Client) -> None:
+    opened = await call(client, "1", runner="cpython", session="new")
+    session = opened["sessionId"]
+    answers: list[dict[str, Any]] = []
+    busy: dict[str, Any] = {}
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+
+            async def slow() -> None:
+                answers.append(await call(client, "import time\ntime.sleep(1.5)\n'slow'", session=session))
+
+            tg.start_soon(slow)
+            await anyio.sleep(0.5)  # the slow call is running by now (no event tells a client that)
+            busy = await call(client, "'fast'", session=session)
+    assert "running another call" in busy["error"]["message"]
+    assert answers[0]["returnValue"] == "slow"
+    await close(client, session)
+
+
 # ----- over HTTP, a real server process with the environment of a desktop client ---------------------------------
 
 
@@ -170,6 +205,7 @@ async def test_over_http_another_client_gets_unknown_session_and_an_idle_session
     token = "sessions-test-token"
     config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
     port = free_port()
+    workers: set[int] = set()
     env = {
         "HOME": str(tmp_path),
         "PATH": "/usr/bin:/bin",
@@ -211,9 +247,13 @@ async def test_over_http_another_client_gets_unknown_session_and_an_idle_session
             expired = await call(first, "secret", session=session)
             message = expired["error"]["message"]
             assert message.startswith(f"unknown session {session!r}") and "after 1 s idle" in message
+            held = await call(second, "y = 1", runner="cpython", session="new")
+            assert held["success"]
+            workers = child_pids(process.pid)
+            assert _session_children(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=20)
-    deadline = time.monotonic() + 10
-    while child_pids(process.pid) and time.monotonic() < deadline:
-        await anyio.sleep(0.05)
+    with anyio.fail_after(10):
+        while [pid for pid in workers if alive(pid)]:
+            await anyio.sleep(0.05)  # the server closed its open session: no process of it outlives it
