@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.server import build_server
@@ -183,7 +183,51 @@ async def test_a_second_call_on_a_session_while_one_runs_is_refused(client: Clie
     await close(client, session)
 
 
-# ----- over HTTP, a real server process with the environment of a desktop client ---------------------------------
+@pytest.mark.parametrize("session", [None, "new"])
+async def test_no_deno_script_can_open_an_inspector_session_of_its_own(client: Client, session: str | None) -> None:
+    code = 'const { Session } = await import("node:inspector");\nnew Session().connect();\n"connected"'
+    if session is None:
+        code = code.replace('\n"connected"', '\nexport default "connected";')
+    done = await call(client, code, language="javascript", **({"session": session} if session else {}))
+    assert done["error"]["type"] == "NotCapable" and "inspector" in done["error"]["message"]
+    if session is not None:
+        await close(client, done["sessionId"])
+
+
+# ----- over stdio and HTTP, a real server process with the environment of a desktop client ------------------------
+
+
+def _desktop_env(home: Path, **settings: str) -> dict[str, str]:
+    return {
+        "HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "USER": "root",
+        "SHELL": "/bin/sh",
+        "TERM": "dumb",
+        "CODE_MODE_CACHE_EMBEDDER": "hashing",
+        "CODE_MODE_EAGER_RUNNERS": "none",
+        **settings,
+    }
+
+
+async def test_over_stdio_an_agent_keeps_state_across_ten_calls(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
+    params = StdioServerParameters(
+        command=str(Path(sys.executable).with_name("mcp-code-mode")),
+        args=["serve", "--config", str(config)],
+        env=_desktop_env(tmp_path),
+        cwd="/",
+    )
+    with anyio.fail_after(120):
+        async with Client(params) as agent:
+            made = await call(agent, "seen = []", runner="cpython", session="new")
+            session = made["sessionId"]
+            for number in range(1, 10):
+                step = await call(agent, f"seen.append({number})\nsum(seen)", session=session)
+                assert step["success"] and step["returnValue"] == number * (number + 1) // 2, step
+            listed = await agent.call_tool("list_sessions", {})
+            assert listed.structured_content is not None
+            assert [r["runs"] for r in listed.structured_content["result"]] == [10]
 
 
 def _session_children(pid: int) -> list[int]:
@@ -206,17 +250,7 @@ async def test_over_http_another_client_gets_unknown_session_and_an_idle_session
     config = write_config(tmp_path / "servers.json", {"fixture": fixture_entry()})
     port = free_port()
     workers: set[int] = set()
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": "/usr/bin:/bin",
-        "USER": "root",
-        "SHELL": "/bin/sh",
-        "TERM": "dumb",
-        "CODE_MODE_AUTH_TOKEN": token,
-        "CODE_MODE_SESSION_IDLE_S": "1",
-        "CODE_MODE_CACHE_EMBEDDER": "hashing",
-        "CODE_MODE_EAGER_RUNNERS": "none",
-    }
+    env = _desktop_env(tmp_path, CODE_MODE_AUTH_TOKEN=token, CODE_MODE_SESSION_IDLE_S="1")
     argv = [sys.executable, "-m", "mcp_code_mode.cli", "serve", "--http", "--port", str(port), "--config", str(config)]
     log = tmp_path / "server.log"
     with log.open("wb") as sink:
