@@ -136,6 +136,18 @@ async def test_a_session_on_a_runner_without_sessions_is_refused_naming_those_wi
     assert "monty runner has no sessions" in message and "cpython" in message and "deno" in message
 
 
+async def test_a_session_made_with_packages_keeps_them_for_calls_that_name_none(client: Client) -> None:
+    opened = await call(client, "import attr\nattr.__name__", runner="cpython", packages=["attrs"], session="new")
+    if not opened["success"] and "PackageInstallError" in str(opened["error"]):
+        pytest.skip(f"attrs cannot be installed here: {opened['error']['message'][:200]}")
+    assert opened["returnValue"] == "attr", opened["error"]
+    later = await call(client, "attr.__name__", session=opened["sessionId"])
+    assert later["returnValue"] == "attr", later["error"]
+    other = await call(client, "1", session=opened["sessionId"], packages=[])
+    assert "network and packages are those of its first run" in other["error"]["message"]
+    await close(client, opened["sessionId"])
+
+
 async def test_a_session_runs_only_on_its_own_runner_and_a_made_up_id_is_unknown(client: Client) -> None:
     opened = await call(client, "1", runner="local", session="new")
     other = await call(client, "1", runner="cpython", session=opened["sessionId"])

@@ -393,6 +393,8 @@ class CodeMode:
         if session is not None and session != "new":
             held = self.sessions.get(client, session)  # "unknown session" for anyone else's
             runner = runner or held.runner
+            packages = held.packages if packages is None else packages  # what the session has, unless named
+            allow_networking = held.network if allow_networking is None else allow_networking
         plan = plan_run(
             code=code,
             language=language,
@@ -498,6 +500,7 @@ class CodeMode:
                         client, chosen.name, plan.language, lambda: opener.open_session(request)
                     )
                     held.busy = True
+                    held.packages, held.network = packages, allow_networking
                 async with approver.running() if approver is not None else contextlib.nullcontext():
                     in_session = held
                     result = await reporting(

@@ -44,6 +44,10 @@ class Session:
     used: float = field(default_factory=time.monotonic)
     runs: int = 0
     busy: bool = False
+    packages: list[str] | None = None
+    """The packages its first run asked for: a later call that names none gets them."""
+    network: Any = None
+    """Its first run's ``allowNetworking``: a later call that says nothing gets it."""
 
     def describe(self) -> dict[str, Any]:
         """What ``list_sessions`` shows of it."""
