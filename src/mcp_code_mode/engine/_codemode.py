@@ -413,7 +413,7 @@ class CodeMode:
         )
         chosen = plan.runner
         if session is not None:
-            self._check_session(held, chosen, plan.language)
+            self._check_session(held, chosen, client)
             plan = dataclasses.replace(plan, mode="off")  # never replayed, never stored for replay
         await self._starting(code, started, on_progress)  # the servers it names that are still starting
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
@@ -554,7 +554,7 @@ class CodeMode:
             result.plan = await self._save_plan(gate, keyed.key, client)
         return result
 
-    def _check_session(self, held: Session | None, chosen: Runner, language: str) -> None:
+    def _check_session(self, held: Session | None, chosen: Runner, client: str) -> None:
         """A new session needs a runner that opens sessions; a held one runs only on its own runner."""
         if held is None:
             if not chosen.info.sessions or not isinstance(chosen, SessionRunner):
@@ -562,6 +562,7 @@ class CodeMode:
                 raise UnsupportedError(
                     f"the {chosen.name} runner has no sessions (runners with sessions: {', '.join(able) or 'none'})"
                 )
+            self.sessions.room(client)  # before anything is installed or started (checked again when it opens)
             return
         if chosen.name != held.runner:  # any language of its runner (JavaScript and TypeScript share a scope)
             raise UnsupportedError(

@@ -81,6 +81,19 @@ class SessionBook:
         self, client: str, runner: str, language: str, opener: Callable[[], Awaitable[RunnerSession]]
     ) -> Session:
         """A new session of ``client`` on ``runner`` (``opener`` makes its worker); refused beyond the caps."""
+        self.room(client)
+        self._reserved += 1
+        try:
+            handle = await opener()
+        finally:
+            self._reserved -= 1
+        session = Session(secrets.token_urlsafe(18), client, runner, language, handle)
+        self._open[session.id] = session
+        self._wake.set()
+        return session
+
+    def room(self, client: str) -> None:
+        """``UnsupportedError`` naming the cap when ``client`` may not open another session now."""
         close = "close one with close_session (list_sessions shows yours) or let it idle out"
         if len(self._open) + self._reserved >= self.max_total:
             if self.max_total == 0:
@@ -92,15 +105,6 @@ class SessionBook:
             raise UnsupportedError(
                 f"this client has {self.max_per_client} sessions open (CODE_MODE_MAX_SESSIONS_PER_CLIENT): {close}"
             )
-        self._reserved += 1
-        try:
-            handle = await opener()
-        finally:
-            self._reserved -= 1
-        session = Session(secrets.token_urlsafe(18), client, runner, language, handle)
-        self._open[session.id] = session
-        self._wake.set()
-        return session
 
     def get(self, client: str, session_id: str) -> Session:
         """The client's open session, else ``UnsupportedError``: why it ended (its tombstone) or "unknown"."""
