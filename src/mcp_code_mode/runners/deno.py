@@ -10,7 +10,8 @@ time in its own empty workspace, with these permissions and nothing else:
 - modules only from Deno's cache (``--cached-only --no-remote``): npm packages the run needs are put in
   the cache by the host before the run (``npm.plan``), from the allow-list.
 
-The process runs exactly one script and exits; the pool starts the next one in the background. A
+The process runs exactly one script and exits (a session's process runs its session's scripts, then is
+killed); the pool starts the next one in the background. A
 timeout kills the process group. The cache (``DENO_DIR``) is ``Settings.deno_dir``.
 """
 

@@ -8,7 +8,7 @@
  * stdin and stdout (see mcp_code_mode/bridge/messages.py). It says "ready" once, before any script
  * ran; from the run message on, the host reads only the run's own messages (a script that reaches
  * fds 0 and 1 can write on them, so they are untrusted input about this run alone), and the process
- * never serves another run:
+ * never serves another run, except the further runs of its own session (see "sessions" below):
  *
  *   worker → host   {"op": "ready"}, {"op": "call", id, server, tool, arguments},
  *                   {"op": "output", data}, {"op": "done", success, returnValue, error, dropped, files}

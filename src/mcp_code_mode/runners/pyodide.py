@@ -8,7 +8,8 @@ run, ffi or sys. It works wherever Deno does (Linux, macOS, Windows), bubblewrap
 Fast start: the first start of the runner boots Pyodide once (seconds) and writes a memory snapshot
 to the cache, keyed by the versions of Pyodide, Deno and the worker's own sources. Every worker
 restores an interpreter from it (a fraction of a second) and waits, warm, with the stubs compiled.
-A worker serves exactly one run and exits, so no state carries over; the pool starts its
+A worker serves exactly one run and exits, so no state carries over (a session's worker serves that session's
+runs, with its globals, until the session closes); the pool starts its
 replacement as soon as a run takes it (``pyodide_pool_size`` are kept waiting).
 """
 
