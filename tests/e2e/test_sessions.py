@@ -111,6 +111,16 @@ async def test_a_session_whose_run_times_out_has_ended_and_its_next_call_says_wh
     assert session not in str(listed.structured_content)
 
 
+async def test_a_session_whose_worker_died_says_so_on_its_next_call(client: Client) -> None:
+    opened = await call(client, "x = 1", runner="cpython", session="new")
+    session = opened["sessionId"]
+    died = await call(client, "import os\nos._exit(3)", session=session)
+    assert died["error"]["type"] == "WorkerDied" and "exit code 3" in died["error"]["message"]
+    assert "the session has ended: its worker ended" in died["error"]["message"]
+    after = await call(client, "x", session=session)
+    assert f"session {session!r} has ended: its worker ended" in after["error"]["message"]
+
+
 async def test_a_client_gets_at_most_its_cap_of_sessions_and_close_session_frees_one(client: Client) -> None:
     opened = [(await call(client, "1", runner="cpython", session="new"))["sessionId"] for _ in range(3)]
     refused = await call(client, "1", runner="cpython", session="new")
