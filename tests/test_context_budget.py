@@ -28,6 +28,8 @@ BUDGET = 1000
 
 FULL_TOOLS = {
     "execute_code",
+    "list_sessions",
+    "close_session",
     "get_execution_limits",
     "list_supported_languages",
     "list_allowed_packages",

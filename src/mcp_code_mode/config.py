@@ -258,6 +258,16 @@ class Settings(BaseModel):
     http_session_idle_s: float = Field(default=1800.0, gt=0)
     """Seconds a streamable HTTP session may go without a request in flight before it is closed and its
     resources freed; its id then answers 404 and the client opens a new session. Unused with ``--stateless``."""
+    session_idle_s: float = Field(default=600.0, gt=0)
+    """Seconds a session (``execute_code(session="new")``) may go unused before it is closed and its worker
+    killed; its id then answers "unknown session"."""
+    max_sessions: int = Field(default=16, ge=0)
+    """Sessions open at once, all clients together (0: no sessions); one more is refused naming this cap."""
+    max_sessions_per_client: int = Field(default=4, ge=1)
+    """Sessions one client (an MCP session or bearer token) may hold open at once."""
+    session_memory_mb: int | None = Field(default=None, ge=64)
+    """The memory a session's worker may use (the rlimit a run gets, for the whole session). Default and upper
+    bound: ``limit_memory_mb``."""
     progress_interval_ms: int = Field(default=1000, gt=0)
     """How often a run reports progress (elapsed time, tool calls) to a client that asked for it, in ms."""
     stream_output_after_ms: int = Field(default=200, ge=0)

@@ -40,6 +40,13 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         "maxCodeBytes": settings.max_code_bytes,
         "maxToolCallsPerRun": settings.max_tool_calls,
         "admission": engine.load(),
+        "sessions": {
+            "open": len(engine.sessions),
+            "max": settings.max_sessions,
+            "maxPerClient": settings.max_sessions_per_client,
+            "idleS": settings.session_idle_s,
+            "runners": [f.info.name for f in facts if f.info.sessions],
+        },
         "network": network_facts(engine, enforced),
         "policy": {
             **engine.policy.describe(),

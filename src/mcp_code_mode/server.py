@@ -426,6 +426,7 @@ def build_server(
         ] = "auto",
         mode: Literal["run", "plan"] = "run",  # described with the gated tools, when a server has some
         approvePlan: str | None = None,
+        session: Annotated[str | None, Field(description='"new" or a sessionId: state persists.')] = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RunResult]:
         hold = engine.settings.stream_output_after_ms / 1000
@@ -447,6 +448,7 @@ def build_server(
                     mode=mode,
                     approve_plan=approvePlan,
                     elicit=elicitor(ctx),
+                    session=session,
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
                 return refused(exc, language, engine.runner_for(language, runner))
@@ -493,6 +495,21 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
         return engine.allowed_packages(language)
 
     register_discovery_tools(server, engine)
+    register_session_tools(server, engine)
+
+
+def register_session_tools(server: CodeModeServer, engine: CodeMode) -> None:
+    @server.tool(name="list_sessions")
+    def list_sessions(ctx: Context | None = None) -> list[dict[str, Any]]:
+        """Your open execute_code sessions."""
+        return engine.list_sessions(client_of(ctx))
+
+    @server.tool(name="close_session")
+    async def close_session(sessionId: str, ctx: Context | None = None) -> dict[str, Any]:
+        """Close a session and kill its interpreter."""
+        if not await engine.close_session(sessionId, client=client_of(ctx)):
+            raise ToolError(f"unknown session {sessionId!r}")
+        return {"closed": sessionId}
 
 
 def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:

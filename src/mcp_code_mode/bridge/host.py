@@ -161,10 +161,14 @@ async def serve_run(
     max_calls: int = 1024,
     clock: RunClock | None = None,
     on_progress: ProgressSink | None = None,
+    run: int | None = None,
 ) -> HostRun:
     """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus
     the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once; the run's
-    ``progress`` reports go to ``on_progress`` (coalesced, capped)."""
+    ``progress`` reports go to ``on_progress`` (coalesced, capped).
+
+    ``run``: the number of a session's run; a ``done`` that does not echo it (a previous run's, sent late by
+    something that run left running) is ignored."""
     output: list[str] = []
     kept = 0
     started = time.perf_counter()
@@ -245,6 +249,8 @@ async def serve_run(
                             except anyio.WouldBlock:
                                 await slots.acquire_on_behalf_of(message.id)
                             calls.start_soon(answer, message)
+                    elif run is not None and message.run != run:
+                        continue  # an earlier run's done of the same session: not this run's end
                     else:
                         ended = "done"
                         outcome = RunResult(

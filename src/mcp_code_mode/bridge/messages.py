@@ -73,6 +73,8 @@ class Done:
     error: ErrorDetail | None = None
     files: list[FileEntry] = field(default_factory=list[FileEntry])
     dropped: int = 0
+    run: int | None = None
+    """The run number the ``run`` message gave (a session's runs are numbered), echoed; None when absent."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,8 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
         if not depth_within(value):
             raise ProtocolError(f"the run returned a value nested deeper than {MAX_DEPTH}")
         dropped = _count(message.get("dropped", 0))
-        return Done(success, value, _error(message.get("error")), _files(message.get("files")), dropped or 0)
+        number = message.get("run")
+        run = number if isinstance(number, int) and not isinstance(number, bool) else None
+        return Done(success, value, _error(message.get("error")), _files(message.get("files")), dropped or 0, run)
     shown = op if isinstance(op, str) and len(op) < 40 else type(op).__name__
     raise ProtocolError(f"the run sent a message the bridge does not know (op {shown!r})")

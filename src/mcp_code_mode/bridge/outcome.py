@@ -126,6 +126,10 @@ class RunResult(BaseModel):
     """The run's tool calls (the first 200) with the host's decision about each."""
     plan: PlanResult | None = None
     """For ``mode="plan"``: the gated calls recorded and the plan's id."""
+    session_id: str | None = Field(
+        default=None, validation_alias=AliasChoices("sessionId", "session_id"), serialization_alias="sessionId"
+    )
+    """The session the run ran in (``execute_code(session=...)``); None for a fresh run."""
 
 
 def failed(type_: str, message: str, line: int | None = None) -> RunResult:

@@ -39,7 +39,7 @@ from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
-from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, StubBundle
+from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
 from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import detect_sandbox
 from ..stubs import StubIndex
@@ -51,6 +51,7 @@ from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, plan_run, resolve, validate_packages
 from ._runners import RunnerHosts, eager_names
+from ._sessions import Session, SessionBook
 from ._stubs import StubBook
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,12 @@ class CodeMode:
         self.tool_search = ToolSearch(self.embedder)
         self.privacy = build_privacy(config)
         """Secrets and personal data on the way to the model, tokens on the way to the tools (``privacy``)."""
+        self.sessions = SessionBook(
+            idle_s=settings.session_idle_s,
+            max_total=settings.max_sessions,
+            max_per_client=settings.max_sessions_per_client,
+        )
+        """Open sessions (``execute(session=...)``), their owners and caps."""
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -153,6 +160,15 @@ class CodeMode:
             stack.push_async_callback(self.hosts.aclose)  # left after the servers: last started, first closed
             self.hosts.open(tg)  # the eager runners' workers first: they start before the servers' processes
             await stack.enter_async_context(self.pool)
+            sweeping = anyio.CancelScope()
+
+            async def sweep() -> None:
+                with sweeping:
+                    await self.sessions.sweep()
+
+            tg.start_soon(sweep)
+            stack.push_async_callback(self.sessions.aclose)  # before the runners close: sessions' workers first
+            stack.callback(sweeping.cancel)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
@@ -343,8 +359,13 @@ class CodeMode:
         mode: RunMode = "run",
         approve_plan: str | None = None,
         elicit: Elicit | None = None,
+        session: str | None = None,
     ) -> RunResult:
         """Run ``code`` with every configured server's tools in scope.
+
+        ``session``: ``"new"`` runs in a new session (the result's ``session_id``), an id runs in that session of
+        ``client`` (its runner and language; its globals, imports and workspace as the last run left them). A
+        session's runs are never replayed nor stored for replay (their result depends on state).
 
         ``cache`` is ``auto``, ``reuse``, ``refresh`` or ``off`` (see ``mcp_code_mode.cache``).
         ``allow_networking``: True, False, a list of hosts the run may reach (within the server's
@@ -369,6 +390,12 @@ class CodeMode:
         """
         started = time.perf_counter()
         settings = self.settings
+        held: Session | None = None
+        if session is not None and session != "new":
+            held = self.sessions.get(client, session)  # "unknown session" for anyone else's
+            runner = runner or held.runner
+            packages = held.packages if packages is None else packages  # what the session has, unless named
+            allow_networking = held.network if allow_networking is None else allow_networking
         plan = plan_run(
             code=code,
             language=language,
@@ -386,6 +413,9 @@ class CodeMode:
             egress=self.egress,
         )
         chosen = plan.runner
+        if session is not None:
+            self._check_session(held, chosen, client)
+            plan = dataclasses.replace(plan, mode="off")  # never replayed, never stored for replay
         await self._starting(code, started, on_progress)  # the servers it names that are still starting
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
@@ -430,6 +460,7 @@ class CodeMode:
             packages=plan.requirements,
             on_output=stream.write if stream is not None else None,
             max_concurrent_calls=settings.max_concurrent_calls,
+            session_memory_mb=self._session_memory() if session is not None else None,
         )
         clock = RunClock()
         request = dataclasses.replace(request, clock=clock)
@@ -463,17 +494,48 @@ class CodeMode:
             if on_progress is not None:
                 await on_progress(RunProgress(time.perf_counter() - started, 0, queued=ahead))
 
-        async with self.admission.slot(client, settings.limit_memory_mb, queued):
-            async with approver.running() if approver is not None else contextlib.nullcontext():
-                result = await reporting(
-                    lambda: chosen.run(request, dispatcher),
-                    on_progress,
-                    lambda: len(dispatcher.calls),
-                    started=started,
-                    interval=settings.progress_interval_ms / 1000,
+        if held is not None:
+            if held.busy:
+                raise UnsupportedError(
+                    f"session {held.id!r} is running another call: a session runs one call at a time; wait for its "
+                    "answer"
                 )
-                if stream is not None:
-                    await stream.flush(cut=result.truncated)
+            held.busy = True
+        try:
+            async with self.admission.slot(client, settings.limit_memory_mb, queued):
+                if session == "new":
+                    opener = chosen
+                    assert isinstance(opener, SessionRunner)
+                    held = await self.sessions.open(
+                        client, chosen.name, plan.language, lambda: opener.open_session(request)
+                    )
+                    held.busy = True
+                    held.packages, held.network = packages, allow_networking
+                async with approver.running() if approver is not None else contextlib.nullcontext():
+                    in_session = held
+                    result = await reporting(
+                        lambda: (
+                            in_session.handle.run(request, dispatcher)
+                            if in_session is not None
+                            else chosen.run(request, dispatcher)
+                        ),
+                        on_progress,
+                        lambda: len(dispatcher.calls),
+                        started=started,
+                        interval=settings.progress_interval_ms / 1000,
+                    )
+                    if stream is not None:
+                        await stream.flush(cut=result.truncated)
+        finally:
+            if held is not None:
+                held.busy = False
+                held.used = time.monotonic()
+                self.sessions.ended(held)
+        if held is not None:
+            held.runs += 1
+            result.session_id = held.id
+            if held.handle.ended is not None and result.error is not None:
+                result.error.message += f" (the session has ended: {held.handle.ended})"
         if len(result.output) > OFF_LOOP_CHARS:  # a large output is masked off the event loop
             await anyio.to_thread.run_sync(masked, privacy, result)
         else:
@@ -501,6 +563,35 @@ class CodeMode:
         if mode == "plan":
             result.plan = await self._save_plan(gate, keyed.key, client)
         return result
+
+    def _check_session(self, held: Session | None, chosen: Runner, client: str) -> None:
+        """A new session needs a runner that opens sessions; a held one runs only on its own runner."""
+        if held is None:
+            if not chosen.info.sessions or not isinstance(chosen, SessionRunner):
+                able = sorted(r.name for r in self.runners.values() if r.info.sessions)
+                raise UnsupportedError(
+                    f"the {chosen.name} runner has no sessions (runners with sessions: {', '.join(able) or 'none'})"
+                )
+            self.sessions.room(client)  # before anything is installed or started (checked again when it opens)
+            return
+        if chosen.name != held.runner:  # any language of its runner (JavaScript and TypeScript share a scope)
+            raise UnsupportedError(
+                f"session {held.id!r} runs on the {held.runner} runner ({held.language}): use it, or open a new "
+                'session with session="new"'
+            )
+
+    def _session_memory(self) -> int:
+        """A session worker's memory: ``CODE_MODE_SESSION_MEMORY_MB``, at most a run's."""
+        limit = self.settings.limit_memory_mb
+        return min(self.settings.session_memory_mb or limit, limit)
+
+    def list_sessions(self, client: str = "library") -> list[dict[str, Any]]:
+        """``list_sessions``: the client's own open sessions."""
+        return self.sessions.list(client)
+
+    async def close_session(self, session_id: str, *, client: str = "library") -> bool:
+        """``close_session``: close the client's session and kill its worker (False: it holds no such session)."""
+        return await self.sessions.close(client, session_id)
 
     async def _approved_calls(
         self, plan_id: str | None, mode: RunMode, code_hash: str, client: str

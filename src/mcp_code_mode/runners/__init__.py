@@ -15,7 +15,9 @@ from .base import (
     RunnerContext,
     RunnerInfo,
     RunnerPlugin,
+    RunnerSession,
     RunRequest,
+    SessionRunner,
     StubBundle,
 )
 from .registry import build_runners, default_runners, plugins
@@ -30,6 +32,8 @@ __all__ = [
     "RunnerContext",
     "RunnerInfo",
     "RunnerPlugin",
+    "RunnerSession",
+    "SessionRunner",
     "StubBundle",
     "build_runners",
     "default_runners",

@@ -241,6 +241,8 @@ class WorkerPool:
         self._live: set[Worker] = set()
         self._arrived = anyio.Event()
         self._waiters = 0
+        self.detached = 0
+        """Workers taken out for sessions (``detach``): never back in this pool, killed at its close too."""
         self.spawned = 0
         self.spawn_delay = 0.0
         """Seconds a background start waits first, so that the answer of the run that freed the slot goes out
@@ -397,6 +399,16 @@ class WorkerPool:
             raise
         finally:
             self._refill()
+
+    def detach(self, worker: Worker) -> None:
+        """Take an acquired worker out of the pool for a session: a replacement starts, and the worker never
+        comes back (the session kills it; ``forget_detached`` then). Closing the pool still kills it."""
+        self._busy -= 1
+        self.detached += 1
+        self._refill()
+
+    def forget_detached(self) -> None:
+        self.detached -= 1
 
     def release(self, worker: Worker, *, clean: bool) -> None:
         """Give a worker back after its run: kept when the run ended cleanly, else killed and replaced."""

@@ -29,10 +29,10 @@ from anyio.abc import TaskGroup
 
 from ..bridge import ErrorDetail, NetworkUse, RunResult, ToolDispatcher, serve_run
 from ..egress import NetworkGrant, serve_gate
-from ..errors import RunnerError
+from ..errors import RunnerError, UnsupportedError
 from ..sandbox import Profile, Sandbox, SandboxSpec
 from ._pool import Launcher, Worker, WorkerPool
-from .base import Declared, RunRequest, StubBundle
+from .base import Declared, RunnerSession, RunRequest, StubBundle
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class WorkerPools:
         environments = [p for p in self._pools if p.environment is not None]
         for profile in environments[: max(0, len(environments) - self.max_environments)]:
             pool = self._pools[profile]
-            if pool.busy:
+            if pool.busy or pool.detached:
                 continue
             del self._pools[profile]
             self.evicted += 1
@@ -309,6 +309,84 @@ class WorkerPools:
         result.execution_time = round((time.perf_counter() - started) * 1000)
         return result
 
+    async def open_session(self, request: RunRequest) -> PooledSession:
+        """A worker for a session, taken out of its profile's pool (which starts a replacement)."""
+        profile = self.dialect.profile_for(request)
+        pool = self.pool_for(profile)
+        worker = await pool.acquire()
+        pool.detach(worker)
+        return PooledSession(self, pool, worker, profile)
+
+    async def session_run(
+        self, session: PooledSession, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any]
+    ) -> RunResult:
+        """One run of a session on its own worker. Its ``run`` message says ``session`` (the worker keeps its
+        interpreter after ``done``) and the run's number, which its ``done`` must echo (a late ``done`` of an
+        earlier run is not this run's end). A zygote's first run goes through the zygote to its pre-forked
+        child, later ones straight on the child's run channel, which the host keeps between runs. Anything but
+        the run's own ``done`` (a timeout, a closed channel, a refused message, a cancelled call) kills the worker
+        and ends the session."""
+        worker = session.worker
+        session.runs += 1
+        number = session.runs
+        started = time.perf_counter()
+        reason = "its run was cancelled"
+        ok = False
+        try:
+            if number == 1 and worker.zygote and worker.stubs_version != request.stubs.version:
+                if not await worker.prepare(request.stubs):
+                    raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
+            channel = worker.run_channel()
+            spec = worker.spec
+            grant = self.dialect.grant_for(request) if spec.egress is not None else None
+            log = grant.log() if grant is not None else None
+            async with contextlib.AsyncExitStack() as gate:
+                if grant is not None and log is not None and spec.egress is not None:
+                    await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
+                message = {**self.dialect.run_message(request, worker), **extra, "session": True, "run": number}
+                if number == 1 or not worker.zygote:
+                    await worker.send(message)
+                else:
+                    await channel.send(message)
+                worker.stubs_version = request.stubs.version
+                hosted = await serve_run(
+                    channel,
+                    dispatcher,
+                    timeout=request.timeout,
+                    max_output=request.max_output,
+                    on_output=request.on_output,
+                    max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
+                    clock=request.clock,
+                    on_progress=request.on_progress,
+                    run=number,
+                )
+            result = hosted.outcome
+            if log is not None:
+                result.network = NetworkUse.model_validate(log.summary())
+            if hosted.ended == "done":
+                ok = True
+                self._explain_memory(result)
+            elif hosted.ended == "closed":
+                result.error = (await self._died(worker)).error
+                reason = "its worker ended"
+            elif hosted.ended == "timeout":
+                reason = "a run timed out"
+            else:
+                reason = "its worker sent a message the bridge refused"
+        except RunnerError as exc:
+            result = RunResult(success=False, error=ErrorDetail("RunnerError", str(exc)))
+            reason = "its worker failed"
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            result = await self._died(worker)
+            reason = "its worker ended"
+        finally:
+            if not ok:
+                session.ended = reason
+                with anyio.CancelScope(shield=True):
+                    await session.aclose()
+        result.execution_time = round((time.perf_counter() - started) * 1000)
+        return result
+
     def _explain_memory(self, result: RunResult) -> None:
         error = result.error
         if error is not None and error.type == "MemoryError" and not error.message:
@@ -332,6 +410,44 @@ class WorkerPools:
         result = RunResult(success=False, error=ErrorDetail("WorkerDied", message))
         self.dialect.explain(result, detail)
         return result
+
+
+class PooledSession:
+    """A session on one worker of ``WorkerPools`` (see ``WorkerPools.session_run``)."""
+
+    def __init__(self, pools: WorkerPools, pool: WorkerPool, worker: Worker, profile: Profile) -> None:
+        self.pools = pools
+        self.pool = pool
+        self.worker = worker
+        self.profile = profile
+        self.runs = 0
+        self.ended: str | None = None
+        self._closed = False
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher, extra: Mapping[str, Any] = {}) -> RunResult:
+        if self.ended is not None or self._closed:
+            raise UnsupportedError(f"the session has ended: {self.ended or 'it was closed'}")
+        if self.worker.process.returncode is not None:
+            self.ended = "its worker ended"
+            await self.aclose()
+            raise UnsupportedError("the session has ended: its worker ended")
+        if self.pools.dialect.profile_for(request) != self.profile:
+            raise UnsupportedError(
+                "a session's network and packages are those of its first run: run with the same ones, or open a "
+                "new session"
+            )
+        return await self.pools.session_run(self, request, dispatcher, extra)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self.worker.kill()
+        self.pool.forget_detached()
+
+
+_: type[RunnerSession] = PooledSession
 
 
 class PooledRunner(Declared):
@@ -363,10 +479,15 @@ class PooledRunner(Declared):
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
         return await self.workers.run(request, dispatcher)
 
+    async def open_session(self, request: RunRequest) -> RunnerSession:
+        """A session on a worker of its own (only for runners whose ``info.sessions`` says so)."""
+        return await self.workers.open_session(request)
+
 
 __all__ = [
     "Dialect",
     "PooledRunner",
+    "PooledSession",
     "Launcher",
     "Worker",
     "WorkerPool",

@@ -34,7 +34,13 @@ class ZygoteDialect:
         return Profile(network=request.allow_network, environment=request.environment, preload=request.preload)
 
     def run_message(self, request: RunRequest, worker: Worker) -> dict[str, Any]:
-        return {**python_run_message(request, worker), "limits": self.sandbox.limits.for_run(request.timeout)}
+        limits = self.sandbox.limits.for_run(request.timeout)
+        if request.session_memory_mb is not None:
+            # A session's child applies its limits once, at its first run: memory for the session, CPU time for
+            # all its runs together (each run's wall time is the host's timeout).
+            limits["as"] = request.session_memory_mb * 1024 * 1024
+            limits["cpu"] = self.sandbox.limits.cpu_seconds
+        return {**python_run_message(request, worker), "limits": limits}
 
     def grant_for(self, request: RunRequest) -> NetworkGrant | None:
         return request.network

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..bridge import ErrorDetail, FileEntry, ProgressSink, RunClock, RunResult, ToolDispatcher
 from ..egress import NetworkGrant
@@ -74,6 +74,8 @@ class RunRequest:
     """The run's deadline, which time spent waiting for a person's approval does not use up."""
     on_progress: ProgressSink | None = None
     """Receives the script's ``report_progress`` figures, at the host's pace (``bridge.serve_run``)."""
+    session_memory_mb: int | None = None
+    """Set for a session's runs: the memory its worker may use (the whole session's, set at its first run)."""
 
 
 PackageKind = Literal["none", "environment", "self"]
@@ -114,6 +116,9 @@ class RunnerInfo:
     """The ``Settings`` fields it reads (shown in ``get_execution_limits``)."""
     awaitable_stubs: str = ""
     """When a stub call must be awaited, in one sentence (empty: never)."""
+    sessions: bool = False
+    """Whether its built runner opens sessions (``SessionRunner.open_session``): runs in one interpreter whose
+    globals, imports and workspace persist from run to run."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,33 @@ class Runner(Protocol):
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult: ...
 
 
+class RunnerSession(Protocol):
+    """One interpreter kept for a session's runs: a worker process that serves nothing else and is killed at
+    ``aclose`` (or as soon as a run of it times out or its worker dies: it has then ``ended``)."""
+
+    @property
+    def ended(self) -> str | None:
+        """Why the session can serve no further run (None while it can)."""
+        ...
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        """Run in the session's interpreter; a run that does not end with its own ``done`` ends the session."""
+        ...
+
+    async def aclose(self) -> None:
+        """Kill the session's worker (and everything it started); no process may outlive this."""
+        ...
+
+
+@runtime_checkable
+class SessionRunner(Protocol):
+    """A runner that declares ``RunnerInfo.sessions``: it opens sessions."""
+
+    async def open_session(self, request: RunRequest) -> RunnerSession:
+        """A new session whose worker suits ``request`` (its network and packages are the session's)."""
+        ...
+
+
 def distribution_version(name: str) -> str:
     """The installed version of a Python distribution (``-`` when it is not installed), for ``identity()``."""
     import importlib.metadata
@@ -264,6 +296,8 @@ __all__ = [
     "RunnerContext",
     "RunnerInfo",
     "RunnerPlugin",
+    "RunnerSession",
+    "SessionRunner",
     "StubBundle",
     "distribution_version",
 ]

@@ -22,6 +22,7 @@ INFO = RunnerInfo(
     package_manager="uv (whitelisted PyPI wheels)",
     order=20,
     awaitable_stubs=PYTHON_AWAITABLE_RULE,
+    sessions=True,
     settings=("cpython_pool_size", "limit_memory_mb", "max_warm_environments"),
 )
 

@@ -10,7 +10,8 @@ time in its own empty workspace, with these permissions and nothing else:
 - modules only from Deno's cache (``--cached-only --no-remote``): npm packages the run needs are put in
   the cache by the host before the run (``npm.plan``), from the allow-list.
 
-The process runs exactly one script and exits; the pool starts the next one in the background. A
+The process runs exactly one script and exits (a session's process runs its session's scripts, then is
+killed); the pool starts the next one in the background. A
 timeout kills the process group. The cache (``DENO_DIR``) is ``Settings.deno_dir``.
 """
 
@@ -37,7 +38,7 @@ from ..sandbox import Profile, Sandbox
 from . import npm
 from ._deno_errors import explain_death
 from ._pool import Worker
-from ._pooled import PooledRunner, WorkerPools, command_launcher
+from ._pooled import PooledRunner, PooledSession, WorkerPools, command_launcher
 from ._typecheck import check_typescript
 from .base import (
     CheckRequest,
@@ -135,6 +136,7 @@ INFO = RunnerInfo(
     keeps_off_network=True,  # the worker revokes Deno's net permission before a run without the network
     settings=("pool_size", "deno_dir", "limit_memory_mb"),
     awaitable_stubs="every stub returns a promise: `await server.tool({...})`, `Promise.all([...])`",
+    sessions=True,
 )
 
 
@@ -187,6 +189,7 @@ class DenoRunner(PooledRunner):
         self.deno_dir = deno_dir
         self.whitelist = whitelist
         self._check = npm.checker(whitelist)
+        self.check_packages = self._check
         self.import_map = deno_dir / "mcp-code-mode-import-map.json"
         argv = [
             self.deno,
@@ -201,6 +204,9 @@ class DenoRunner(PooledRunner):
             "--allow-read=.",
             "--allow-write=.",
             "--allow-net",
+            # Only for a session's run, which opens an inspector session for V8's REPL mode before the script;
+            # revoked before any script runs, session or not.
+            "--allow-sys=inspector",
             # Only the proxy variables, which name the run's egress forwarder: npm clients (axios) read them.
             "--allow-env=" + ",".join(PROXY_ENV),
             f"--v8-flags=--max-old-space-size={MAX_HEAP_MB}",
@@ -266,6 +272,9 @@ class DenoRunner(PooledRunner):
         packages = [{"name": name, "specifier": spec} for name, spec in plan.preload]
         return await self.workers.run(request, dispatcher, {"packages": packages})
 
+    async def open_session(self, request: RunRequest) -> DenoSession:
+        return DenoSession(self, await self.workers.open_session(request))
+
     async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
         """Type errors of a script against the tool declarations (see ``_typecheck``).
 
@@ -306,6 +315,30 @@ class DenoRunner(PooledRunner):
                 return f"could not install {', '.join(missing)}: {detail[-1500:] or f'exit code {done.returncode}'}"
             self._cached.update(missing)
             return None
+
+
+class DenoSession:
+    """A session on one Deno worker: each run's npm packages are put in the cache and sent, as for a run."""
+
+    def __init__(self, runner: DenoRunner, session: PooledSession) -> None:
+        self._runner = runner
+        self._session = session
+
+    @property
+    def ended(self) -> str | None:
+        return self._session.ended
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        plan = npm.plan(request.code, request.packages, self._runner.check_packages)
+        if plan.cache:
+            problem = await self._runner.ensure_cached(plan.cache)
+            if problem is not None:
+                return RunResult(success=False, error=ErrorDetail("PackageError", problem))
+        packages = [{"name": name, "specifier": spec} for name, spec in plan.preload]
+        return await self._session.run(request, dispatcher, {"packages": packages})
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
 
 
 def build(context: RunnerContext) -> DenoRunner:

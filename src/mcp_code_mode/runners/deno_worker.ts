@@ -8,7 +8,7 @@
  * stdin and stdout (see mcp_code_mode/bridge/messages.py). It says "ready" once, before any script
  * ran; from the run message on, the host reads only the run's own messages (a script that reaches
  * fds 0 and 1 can write on them, so they are untrusted input about this run alone), and the process
- * never serves another run:
+ * never serves another run, except the further runs of its own session (see "sessions" below):
  *
  *   worker → host   {"op": "ready"}, {"op": "call", id, server, tool, arguments},
  *                   {"op": "output", data}, {"op": "progress", done, total, message},
@@ -31,7 +31,8 @@
  */
 
 import { Console } from "node:console";
-import { createRequire, isBuiltin } from "node:module";
+import { Session as Inspector } from "node:inspector";
+import { createRequire, isBuiltin, stripTypeScriptTypes } from "node:module";
 import process from "node:process";
 import {
   badNames,
@@ -181,7 +182,7 @@ function callTool(server: string, tool: string, args: unknown = {}): Promise<unk
   } catch (error) {
     return Promise.reject(new TypeError(`the arguments of ${server}.${tool} must be JSON values: ${error}`));
   }
-  const where = USER_FRAME.exec(failure.stack ?? "");
+  const where = userFrame().exec(failure.stack ?? "");
   return tools.request(server, tool, payload, where ? Number(where[1]) : undefined).then((line) => {
     const message = parse(line) as Message;
     const error = message.error as { message?: string; server?: string; tool?: string } | undefined;
@@ -283,12 +284,19 @@ function defineRequire(loaded: Map<string, Record<string, unknown>>): void {
 // ----- errors ---------------------------------------------------------------------------------------
 
 const USER_FRAME = /data:application\/(?:typescript|javascript);base64,[A-Za-z0-9+/=.]*:(\d+):(\d+)/;
+/** A session's code is evaluated as `<anonymous>` (V8's REPL mode ignores a sourceURL). */
+const SESSION_FRAME = /<anonymous>:(\d+):(\d+)/;
+
+function userFrame(): RegExp {
+  return inSession ? SESSION_FRAME : USER_FRAME;
+}
 
 function cleanStack(stack: string): string {
   return stack
     .split("\n")
     .filter((line) => !line.includes(WORKER_URL) && !line.includes(RUNTIME_URL) && !/\(?ext:|\(node:|at node:/.test(line))
-    .map((line) => line.replace(new RegExp(USER_FRAME.source, "g"), "<script>:$1:$2"))
+    .filter((line) => !(inSession && line.trim() === "at new Promise (<anonymous>)"))
+    .map((line) => line.replace(new RegExp(userFrame().source, "g"), "<script>:$1:$2"))
     .map((line) => line.replace(/file:\/\/\/\S*?\/npm\/[^/]+\//g, "npm:"))
     .join("\n");
 }
@@ -303,7 +311,7 @@ function describe(error: unknown): ErrorJson {
   const syntax = /^SyntaxError: (.*)/.exec(message);
   if (syntax) {
     // A parse error of the script: Deno reports it with a code frame and the location.
-    const where = USER_FRAME.exec(message);
+    const where = userFrame().exec(message);
     type = "SyntaxError";
     const first = syntax[1].split("\n")[0];
     message = where ? `${first} (line ${where[1]}, column ${where[2]})` : first;
@@ -311,7 +319,7 @@ function describe(error: unknown): ErrorJson {
     return { type, message, line: where ? Number(where[1]) : null, traceback: frame || null };
   }
   const stack = String(error.stack ?? "");
-  const where = USER_FRAME.exec(stack);
+  const where = userFrame().exec(stack);
   const traceback = cleanStack(stack).trim();
   return { type, message, line: where ? Number(where[1]) : null, traceback: traceback || null };
 }
@@ -344,6 +352,10 @@ function listFiles(): { path: string; size: number }[] {
 
 let phase: "waiting" | "running" | "evaluated" | "finished" = "waiting";
 let returnValue: unknown = undefined;
+/** Set by a session's first run: the process then serves the session's further runs. */
+let inSession = false;
+/** The number of the session's current run, echoed in its `done` (the host ignores a `done` without it). */
+let runNumber: number | null = null;
 
 function finish(success: boolean, error: ErrorJson | null = null): void {
   if (phase === "finished") return;
@@ -353,12 +365,20 @@ function finish(success: boolean, error: ErrorJson | null = null): void {
   const { value, cut } = success ? encodeValue(returnValue, output.cap, inspect) : { value: null, cut: false };
   const dropped = output.dropped + (cut ? 1 : 0);
   progress.flush(); // the last report goes out before done
-  output.flush({ op: "done", success, returnValue: value, error, dropped, files: listFiles() });
+  const done: Message = { op: "done", success, returnValue: value, error, dropped, files: listFiles() };
+  if (runNumber !== null) done.run = runNumber;
+  output.flush(done);
 }
 
 function fail(error: unknown): never {
   finish(false, describe(error));
   realExit(0);
+}
+
+/** An error outside the session's evaluation (a timer, a promise nobody awaited): it ends the current run with
+ * that error, if one is going on; the process goes on serving the session. */
+function failInSession(error: unknown): void {
+  if (phase === "running" || phase === "evaluated") finish(false, describe(error));
 }
 
 // The script's event loop is empty: it has finished, as a Node.js program would. (A script whose
@@ -379,11 +399,13 @@ addEventListener("unload", () => {
 });
 addEventListener("unhandledrejection", (event) => {
   event.preventDefault();
-  fail(event.reason);
+  if (inSession) failInSession(event.reason);
+  else fail(event.reason);
 });
 addEventListener("error", (event) => {
   event.preventDefault();
-  fail(event.error ?? new Error(event.message));
+  if (inSession) failInSession(event.error ?? new Error(event.message));
+  else fail(event.error ?? new Error(event.message));
 });
 
 function encodeBase64(source: string): string {
@@ -401,6 +423,7 @@ function exitWith(code?: number): never {
 
 async function run(message: RunMessage): Promise<void> {
   if (!message.allow_network) Deno.permissions.revokeSync({ name: "net" });
+  Deno.permissions.revokeSync({ name: "sys", kind: "inspector" } as unknown as Deno.PermissionDescriptor);
   output.reset(message.max_output);
   unavailable = message.unavailable;
   defineTools(message.functions);
@@ -416,6 +439,128 @@ async function run(message: RunMessage): Promise<void> {
     fail(error);
   }
   phase = "evaluated";
+}
+
+// ----- sessions -------------------------------------------------------------------------------------
+//
+// A session's code is evaluated in the global scope as a REPL evaluates it (V8's REPL mode, through an
+// inspector session the worker opens before any script runs; the permission to open one is then revoked):
+// top-level `const`, `let`, `class`, `function` and `var` of one run are globals of the next, a later run may
+// declare them again, and top-level await works. TypeScript has its types stripped first (positions kept). A
+// run ends when its evaluation (and the promise of its top-level awaits) has settled; promises and timers it
+// did not await go on in the background, into the next run. Its value is the last expression statement's.
+
+let inspector: Inspector | null = null;
+const inspectorPost = Inspector.prototype.post as unknown as (
+  this: Inspector | null,
+  method: string,
+  params: Record<string, unknown>,
+  callback: (error: Error | null, result: Record<string, unknown>) => void,
+) => void;
+const CAPTURE = `__codeModeCapture${crypto.randomUUID().replaceAll("-", "")}`;
+let captured: unknown = undefined;
+const sessionPackages = new Map<string, Record<string, unknown>>();
+
+interface RemoteObject {
+  type: string;
+  value?: unknown;
+  unserializableValue?: string;
+  objectId?: string;
+}
+
+function post(method: string, params: Record<string, unknown>): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    inspectorPost.call(inspector, method, params, (error: Error | null, result: Record<string, unknown>) => {
+      if (error) reject(error);
+      else resolve(result ?? {});
+    });
+  });
+}
+
+/** The value an evaluation produced, as the script's own object (not a copy). */
+async function valueOf(remote: RemoteObject): Promise<unknown> {
+  if (remote.objectId === undefined) {
+    const special = remote.unserializableValue;
+    if (special === undefined) return remote.value;
+    return special.endsWith("n") ? BigInt(special.slice(0, -1)) : Number(special);
+  }
+  define(globalThis, CAPTURE, (value: unknown) => (captured = value));
+  try {
+    await post("Runtime.callFunctionOn", {
+      objectId: remote.objectId,
+      functionDeclaration: `function () { globalThis[${stringify(CAPTURE)}](this); }`,
+    });
+  } finally {
+    delete (globalThis as Record<string, unknown>)[CAPTURE];
+  }
+  const value = captured;
+  captured = undefined;
+  return value;
+}
+
+function sessionSource(message: RunMessage): string {
+  let code = message.code;
+  if (message.language === "typescript") {
+    try {
+      code = stripTypeScriptTypes(code, { mode: "strip" });
+    } catch {
+      code = stripTypeScriptTypes(code, { mode: "transform" }); // enums and namespaces
+    }
+  }
+  return code;
+}
+
+async function runInSession(message: RunMessage, first: boolean): Promise<void> {
+  if (first) {
+    if (!message.allow_network) Deno.permissions.revokeSync({ name: "net" });
+    inspector = new Inspector();
+    inspector.connect();
+    Deno.permissions.revokeSync({ name: "sys", kind: "inspector" } as unknown as Deno.PermissionDescriptor);
+    inSession = true;
+  }
+  runNumber = message.run;
+  returnValue = undefined;
+  output.reset(message.max_output);
+  unavailable = message.unavailable;
+  defineTools(message.functions);
+  phase = "running";
+  try {
+    for (const { name, specifier } of message.packages) {
+      if (!sessionPackages.has(name)) sessionPackages.set(name, await import(specifier));
+    }
+    defineRequire(sessionPackages);
+    const code = sessionSource(message);
+    const answer = await post("Runtime.evaluate", { expression: code, replMode: true, awaitPromise: true });
+    const details = answer.exceptionDetails as { exception?: RemoteObject; text?: string } | undefined;
+    if (details) {
+      const error = details.exception ? await valueOf(details.exception) : new Error(details.text ?? "error");
+      finish(false, describe(error));
+      return;
+    }
+    returnValue = await valueOf(answer.result as RemoteObject);
+  } catch (error) {
+    finish(false, describe(error));
+    return;
+  }
+  finish(true);
+}
+
+async function serveSession(first: RunMessage): Promise<void> {
+  await runInSession(first, true);
+  for (;;) {
+    const message = await receive();
+    if (message.op !== "run") continue; // a late answer to a call of an earlier run
+    let checked: RunMessage;
+    try {
+      checked = parseRunMessage(message);
+    } catch (error) {
+      runNumber = typeof message.run === "number" ? message.run : null;
+      phase = "running";
+      finish(false, describe(new Error(`the run message is not valid: ${(error as Error).message}`)));
+      continue;
+    }
+    await runInSession(checked, false);
+  }
 }
 
 const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
@@ -476,7 +621,8 @@ async function main(): Promise<void> {
         phase = "running";
         fail(new Error(`the run message is not valid: ${(error as Error).message}`));
       }
-      run(checked);
+      if (checked.session) serveSession(checked);
+      else run(checked);
       return;
     }
   }

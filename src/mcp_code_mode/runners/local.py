@@ -72,6 +72,7 @@ INFO = RunnerInfo(
     order=10,
     keeps_off_network=True,
     settings=("pool_size", "limit_memory_mb", "max_warm_environments"),
+    sessions=True,
 )
 
 

@@ -8,7 +8,8 @@ run, ffi or sys. It works wherever Deno does (Linux, macOS, Windows), bubblewrap
 Fast start: the first start of the runner boots Pyodide once (seconds) and writes a memory snapshot
 to the cache, keyed by the versions of Pyodide, Deno and the worker's own sources. Every worker
 restores an interpreter from it (a fraction of a second) and waits, warm, with the stubs compiled.
-A worker serves exactly one run and exits, so no state carries over; the pool starts its
+A worker serves exactly one run and exits, so no state carries over (a session's worker serves that session's
+runs, with its globals, until the session closes); the pool starts its
 replacement as soon as a run takes it (``pyodide_pool_size`` are kept waiting).
 """
 
@@ -37,7 +38,7 @@ from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from ..validate import check_python
 from ._pool import WORKER_START_TIMEOUT, Worker, WorkerPool
-from ._pooled import WorkerPools, command_launcher, python_run_message
+from ._pooled import PooledSession, WorkerPools, command_launcher, python_run_message
 from .base import (
     PYTHON_AWAITABLE_RULE,
     CheckRequest,
@@ -274,6 +275,7 @@ INFO = RunnerInfo(
     keeps_off_network=True,  # the JavaScript realm is sealed: Python has no fetch and no sockets
     settings=("pyodide_pool_size", "pyodide_max_memory_mb", "pyodide_index_url", "pyodide_cache_dir"),
     awaitable_stubs=PYTHON_AWAITABLE_RULE,
+    sessions=True,
 )
 
 
@@ -441,6 +443,13 @@ class PyodideRunner(Declared):
         }
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        extra = await self.extra(request)
+        if isinstance(extra, RunResult):
+            return extra
+        return await self.workers.run(request, dispatcher, extra)
+
+    async def extra(self, request: RunRequest) -> dict[str, Any] | RunResult:
+        """What a run's message carries besides the code (its packages), or the result of a run that cannot be."""
         await self._prepare()
         if self.problem is not None:
             error = ErrorDetail("RunnerError", f"pyodide runner unavailable: {self.problem}")
@@ -451,7 +460,34 @@ class PyodideRunner(Declared):
             extra["wheels"] = list(plan.wheels)
         if plan.pyodide:
             extra["pyodide_packages"] = list(plan.pyodide)
-        return await self.workers.run(request, dispatcher, extra)
+        return extra
+
+    async def open_session(self, request: RunRequest) -> PyodideSession:
+        await self._prepare()
+        if self.problem is not None:
+            raise RunnerError(f"pyodide runner unavailable: {self.problem}")
+        return PyodideSession(self, await self.workers.open_session(request))
+
+
+class PyodideSession:
+    """A session on one Pyodide interpreter: each run's packages are planned as for a run."""
+
+    def __init__(self, runner: PyodideRunner, session: PooledSession) -> None:
+        self._runner = runner
+        self._session = session
+
+    @property
+    def ended(self) -> str | None:
+        return self._session.ended
+
+    async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
+        extra = await self._runner.extra(request)
+        if isinstance(extra, RunResult):
+            return extra
+        return await self._session.run(request, dispatcher, extra)
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
 
 
 def build(context: RunnerContext) -> PyodideRunner:

@@ -360,7 +360,11 @@ def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     return result
 
 
-def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -> str:
+_session_globals: dict[str, Any] = {}
+"""A session's globals, kept from run to run (``run(..., keep=True)``)."""
+
+
+def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, keep: bool = False) -> str:
     """Run one script in this interpreter; the ``done`` fields as JSON.
 
     A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
@@ -374,15 +378,18 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
     time.sleep = _flushing_sleep
     asyncio.sleep = _flushing_asyncio_sleep  # pyright: ignore[reportAttributeAccessIssue]
     _chdir(WORKSPACE)
-    namespace: dict[str, Any] = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "ToolError": ToolError,
-        "call_tool": call_tool,
-        "final_answer": final_answer,
-        "parallel": parallel,
-        "report_progress": report_progress,
-    }
+    namespace: dict[str, Any] = _session_globals if keep else {}
+    namespace.update(
+        {
+            "__name__": "__main__",
+            "__builtins__": builtins,
+            "ToolError": ToolError,
+            "call_tool": call_tool,
+            "final_answer": final_answer,
+            "parallel": parallel,
+            "report_progress": report_progress,
+        }
+    )
     for name in _loads(namespaces_json):
         if name in _stubs:
             namespace[name] = _stubs[name]
@@ -523,12 +530,26 @@ def serve(bridge: Any) -> str:
         if isinstance(message.get("stubs"), str):
             prepare(message["stubs"], message.get("version"))
         if message.get("op") == "run":
-            wheels = message.get("wheels") or []
-            if wheels:
-                install_wheels([f"/wheels/{name}" for name in wheels])
-            cap = message.get("max_output")
-            cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
-            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap)
+            return _run_message(message)
+
+
+def _run_message(message: dict[str, Any]) -> str:
+    wheels = message.get("wheels") or []
+    if wheels:
+        install_wheels([f"/wheels/{name}" for name in wheels])
+    cap = message.get("max_output")
+    cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
+    keep = message.get("session") is True
+    return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap, keep)
+
+
+def session_run(line: str) -> str:
+    """A session's later run (its first came through ``serve``): entered from JavaScript with ``callPromising``,
+    in the same globals; stubs that changed come with it."""
+    message = _loads(line)
+    if isinstance(message.get("stubs"), str):
+        prepare(message["stubs"], message.get("version"))
+    return _run_message(message)
 
 
 WARM_UP_SCRIPT = """\

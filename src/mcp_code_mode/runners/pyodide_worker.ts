@@ -357,11 +357,50 @@ async function serve(dir: string, snapshotPath: string, wheelsDir: string, packa
     if (message === null) continue;
     if (message.op === "run") {
       // From here on stdin is read synchronously, by the tool calls (see `ToolChannel.requestSync`).
-      await runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath });
-      exit(0);
+      const session = await runOnce(pyodide, message, line, deliver, serving, { dir, snapshotPath });
+      if (session === null) exit(0);
+      await serveSession(codemode, session);
     } else if (typeof message.stubs === "string") {
       deliver(line); // `prepare`: Python compiles the stubs while it waits
     }
+  }
+}
+
+// A session's later runs (its first came through `serve`): each `run` line goes to `_codemode.session_run`,
+// which runs it in the same globals; its `done` echoes the run's number. Answers to calls of an earlier run
+// that arrive late are skipped. Pyodide's own packages load at a session's first run only (read of their
+// files is revoked then); wheels may come later.
+async function serveSession(codemode: PyProxy, loaded: Set<string>): Promise<never> {
+  for (;;) {
+    const line = await reader.next();
+    const raw = parseMessage(line);
+    if (raw === null || raw.op !== "run") continue;
+    let done: Message;
+    let cut = false;
+    let run: number | null = null;
+    try {
+      const message = parseRunMessage(raw);
+      run = message.run;
+      output.reset(message.max_output);
+      const missing = message.pyodide_packages.filter((name) => !loaded.has(name));
+      if (missing.length > 0) {
+        throw new Error(`a pyodide session loads Pyodide's packages at its first run only: ${missing.join(", ")}`);
+      }
+      done = doneFields(await (codemode.session_run as PyProxy).callPromising(line));
+      if ("returnValue" in done) {
+        const capped = capJson(done.returnValue as Json, message.max_output);
+        done.returnValue = capped.value;
+        cut = capped.cut;
+      }
+    } catch (error) {
+      const text = error instanceof Error ? error.message : String(error);
+      done = { success: false, error: { type: "RunnerError", message: text } };
+    }
+    const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
+    const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
+    if (run !== null) fields.run = run;
+    else delete fields.run;
+    output.flush(fields);
   }
 }
 
@@ -372,11 +411,15 @@ async function runOnce(
   deliver: (line: string) => void,
   serving: Promise<unknown>,
   paths: { dir: string; snapshotPath: string },
-): Promise<void> {
+): Promise<Set<string> | null> {
   let done: Message;
   let cut = false;
+  let session: Set<string> | null = null;
+  let run: number | null = null;
   try {
     const message = parseRunMessage(raw);
+    run = message.run;
+    if (message.session) session = new Set(message.pyodide_packages);
     output.reset(message.max_output);
     const builds = message.pyodide_packages;
     if (builds.length > 0) {
@@ -403,7 +446,11 @@ async function runOnce(
   }
   // `dropped`: what Python dropped (its count, a number or nothing), what was dropped here, a cut value.
   const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
-  output.flush({ ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) });
+  const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
+  if (run !== null) fields.run = run;
+  else delete fields.run; // the script does not say which run it was: the host's message does
+  output.flush(fields);
+  return session;
 }
 
 // What Python returned for the run: the script may have rewritten the prelude, so it is checked here (a

@@ -415,6 +415,10 @@ export interface RunMessage {
   unavailable: Record<string, string>;
   packages: { name: string; specifier: string }[];
   pyodide_packages: string[];
+  /** a session's run: the worker keeps its interpreter after `done` and waits for the next run */
+  session: boolean;
+  /** the run's number in its session, echoed in its `done` (null outside a session) */
+  run: number | null;
 }
 
 function stringList(value: unknown, field: string): string[] {
@@ -457,6 +461,10 @@ export function parseRunMessage(message: Message): RunMessage {
     throw new TypeError("packages: not a list of {name, specifier}");
   }
   const pyodidePackages = stringList(message.pyodide_packages ?? [], "pyodide_packages");
+  const session = message.session ?? false;
+  if (typeof session !== "boolean") throw new TypeError("session: not a boolean");
+  const run = message.run ?? null;
+  if (run !== null && (typeof run !== "number" || !Number.isSafeInteger(run))) throw new TypeError("run: not an integer");
   return {
     op: "run",
     code,
@@ -467,5 +475,7 @@ export function parseRunMessage(message: Message): RunMessage {
     unavailable,
     packages: packages as { name: string; specifier: string }[],
     pyodide_packages: pyodidePackages,
+    session,
+    run,
   };
 }

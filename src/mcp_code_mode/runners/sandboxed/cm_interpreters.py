@@ -144,7 +144,16 @@ def patch_line_tracking() -> None:
     lpe.get_safe_module = get_safe_module
 
 
-def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, imports: list[str]) -> dict[str, Any]:
+def run_local(
+    code: str,
+    tools: dict[str, Any],
+    output: Output,
+    workspace: str,
+    imports: list[str],
+    kept: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``code`` in smolagents' interpreter; ``kept`` (a session's) holds its state and the functions and
+    classes it defined from one run to the next."""
     from smolagents import local_python_executor as lpe
 
     harden_interpreter()  # done in the zygote already (import_interpreter); here in case a caller skipped it
@@ -171,8 +180,13 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
         "ToolError": ToolError,
         **tools,
     }
-    state: dict[str, Any] = {"__name__": "__main__", "_print_outputs": output, "_operations_count": {"counter": 0}}
-    custom_tools: dict[str, Any] = {}  # functions and classes the script defines
+    state: dict[str, Any] = (
+        {"__name__": "__main__"} if kept is None else kept.setdefault("state", {"__name__": "__main__"})
+    )
+    state.update(_print_outputs=output, _operations_count={"counter": 0})
+    custom_tools: dict[str, Any] = (
+        {} if kept is None else kept.setdefault("custom_tools", {})
+    )  # what the script defines
     value: Any = None
     try:
         for node in tree.body:
@@ -187,7 +201,8 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
         return {"success": False, "error": error_info(exc, line, f"line {line}: {source}" if source else None)}
 
 
-def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, Any]:
+def run_cpython(code: str, tools: dict[str, Any], output: Output, kept: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``code`` as ``__main__``; ``kept`` (a session's) is its globals from one run to the next."""
     import asyncio
     import inspect
 
@@ -211,7 +226,8 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, A
     def final_answer(value: Any = None) -> Any:
         raise FinalAnswer(value)
 
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
+    namespace: dict[str, Any] = {} if kept is None else kept
+    namespace.update(__name__="__main__", __builtins__=builtins, **tools)
     namespace.update(ToolError=ToolError, final_answer=final_answer)
     sys.stdout = sys.stderr = output  # type: ignore[assignment]
     try:

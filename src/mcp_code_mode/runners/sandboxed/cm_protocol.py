@@ -176,7 +176,12 @@ class Output(io.TextIOBase):
         self._also.append(flush)
 
     def arm(self, cap: int) -> None:
-        self._buffer.cap = cap
+        """Start a run's output with its cap (a session's next run starts counting again)."""
+        with self._lock:
+            self._buffer.flush()
+            self._buffer.cap = cap
+            self._buffer.used = 0
+            self._buffer.dropped = 0
         self._armed.set()
 
     def writable(self) -> bool:

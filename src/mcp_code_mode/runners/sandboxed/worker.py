@@ -81,8 +81,18 @@ def _await_run(reader: int) -> dict[str, Any] | None:
     return json.loads(b"".join(chunks)) if chunks else None
 
 
+def _next_run(run: Channel) -> dict[str, Any]:
+    """In a session's child, after a run's ``done``: the host's next ``run`` message on the run channel (answers
+    to calls of the last run that arrive late are skipped; the process exits when the host closes it)."""
+    while True:
+        message = run.receive()
+        if message.get("op") == "run":
+            return message
+
+
 def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspace: str, egress: str | None) -> None:
-    """Wait (forked ahead of time) for one run, run it in this process, report it, and exit."""
+    """Wait (forked ahead of time) for one run, run it in this process, report it, and exit; or, for a session's
+    first run, report it and wait for the session's next run on the run channel, with the same globals."""
     os.setsid()
     die_with_parent()
     os.chdir(workspace)
@@ -102,8 +112,6 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         cm_egress.use_proxy(cm_egress.start(egress))
     progress = ProgressReports(run.send)
     output.also_flush(progress.flush)  # a report kept back goes out within a tick
-    cap = int(message.get("max_output", DEFAULT_MAX_OUTPUT))
-    output.arm(cap)
     run.output = output
 
     def call_tool(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
@@ -120,19 +128,30 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         second go out, the newest of each moment."""
         progress.report(done, total, message)
 
-    tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
-    tools["call_tool"] = call_tool
-    tools["parallel"] = parallel
-    tools["report_progress"] = report_progress
-    if kind == "cpython":
-        result = run_cpython(message["code"], tools, output)
-    else:
-        result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
-    result["returnValue"], cut = jsonable(result.pop("value", None), cap)
-    result["files"] = list_files(workspace)
-    result["dropped"] = output.dropped + (1 if cut else 0)
-    progress.flush()  # the last report goes out before done
-    output.finish({"op": "done", **result})  # the last output and done in one write
+    session = message.get("session") is True
+    kept: dict[str, Any] | None = {} if session else None
+    """A session's globals (cpython) or interpreter state (local), kept from run to run."""
+    while True:
+        cap = int(message.get("max_output", DEFAULT_MAX_OUTPUT))
+        output.arm(cap)
+        tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
+        tools["call_tool"] = call_tool
+        tools["parallel"] = parallel
+        tools["report_progress"] = report_progress
+        if kind == "cpython":
+            result = run_cpython(message["code"], tools, output, kept)
+        else:
+            result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])), kept)
+        result["returnValue"], cut = jsonable(result.pop("value", None), cap)
+        result["files"] = list_files(workspace)
+        result["dropped"] = output.dropped + (1 if cut else 0)
+        if isinstance(message.get("run"), int):
+            result["run"] = message["run"]
+        progress.flush()  # the last report goes out before done
+        output.finish({"op": "done", **result})  # the last output and done in one write
+        if not session:
+            return
+        message = _next_run(run)
 
 
 def _arguments() -> argparse.Namespace:

@@ -1,0 +1,189 @@
+"""The session book: which client holds which session, and when a session ends.
+
+A session (``execute_code(session="new")``) is one runner's interpreter kept for a client's later runs
+(``runners.RunnerSession``: a worker of its own, killed when the session closes). The book keys sessions by an
+unguessable id (``secrets.token_urlsafe``) and by the client that opened it: another client's id, an expired
+one and a made-up one all answer the same "unknown session", so an id tells nothing about other clients.
+
+A session runs one run at a time: a second call while one runs is refused (``SessionBusy`` words it), not
+queued behind a run whose length nobody knows. A session closes when its client closes it, when it has been
+idle for ``idle_s`` (the sweeper), when a run of it times out or its worker dies (the runner ends it; its next
+call says why, from a small tombstone per client that lasts ``idle_s`` too), and when the engine closes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..errors import UnsupportedError
+from ..runners import RunnerSession
+
+MAX_TOMBSTONES = 16
+"""Ended sessions a client is told about (why they ended) before the oldest is forgotten."""
+IDLE = "idle"
+"""The tombstone of a session the sweeper closed: its owner is told it idled out, as an unknown session."""
+SWEEP_EVERY = 5.0
+"""Longest pause between two sweeps for idle sessions (shorter when ``idle_s`` is)."""
+
+
+@dataclass
+class Session:
+    id: str
+    client: str
+    runner: str
+    language: str
+    handle: RunnerSession
+    created: float = field(default_factory=time.time)
+    used: float = field(default_factory=time.monotonic)
+    runs: int = 0
+    busy: bool = False
+    packages: list[str] | None = None
+    """The packages its first run asked for: a later call that names none gets them."""
+    network: Any = None
+    """Its first run's ``allowNetworking``: a later call that says nothing gets it."""
+
+    def describe(self) -> dict[str, Any]:
+        """What ``list_sessions`` shows of it."""
+        return {
+            "sessionId": self.id,
+            "runner": self.runner,
+            "language": self.language,
+            "created": round(self.created),
+            "idleSeconds": 0 if self.busy else round(time.monotonic() - self.used),
+            "runs": self.runs,
+        }
+
+
+class SessionBook:
+    """Open sessions of every client, their caps, the idle sweeper and the tombstones of ended ones."""
+
+    def __init__(self, *, idle_s: float, max_total: int, max_per_client: int) -> None:
+        self.idle_s = idle_s
+        self.max_total = max_total
+        self.max_per_client = max_per_client
+        self._open: dict[str, Session] = {}
+        self._ended: dict[str, OrderedDict[str, tuple[str, float]]] = {}
+        """client → session id → (why it ended, when the tombstone expires)."""
+        self._reserved = 0
+        self._wake = anyio.Event()
+
+    def _of(self, client: str) -> list[Session]:
+        return [s for s in self._open.values() if s.client == client]
+
+    async def open(
+        self, client: str, runner: str, language: str, opener: Callable[[], Awaitable[RunnerSession]]
+    ) -> Session:
+        """A new session of ``client`` on ``runner`` (``opener`` makes its worker); refused beyond the caps."""
+        self.room(client)
+        self._reserved += 1
+        try:
+            handle = await opener()
+        finally:
+            self._reserved -= 1
+        session = Session(secrets.token_urlsafe(18), client, runner, language, handle)
+        self._open[session.id] = session
+        self._wake.set()
+        return session
+
+    def room(self, client: str) -> None:
+        """``UnsupportedError`` naming the cap when ``client`` may not open another session now."""
+        close = "close one with close_session (list_sessions shows yours) or let it idle out"
+        if len(self._open) + self._reserved >= self.max_total:
+            if self.max_total == 0:
+                raise UnsupportedError("sessions are off on this server (CODE_MODE_MAX_SESSIONS=0)")
+            raise UnsupportedError(
+                f"too many sessions open on this server (CODE_MODE_MAX_SESSIONS={self.max_total}): {close}"
+            )
+        if len(self._of(client)) >= self.max_per_client:
+            raise UnsupportedError(
+                f"this client has {self.max_per_client} sessions open (CODE_MODE_MAX_SESSIONS_PER_CLIENT): {close}"
+            )
+
+    def get(self, client: str, session_id: str) -> Session:
+        """The client's open session, else ``UnsupportedError``: why it ended (its tombstone) or "unknown"."""
+        session = self._open.get(session_id)
+        if session is not None and session.client == client:
+            if session.handle.ended is None:
+                return session
+            self._bury(session, session.handle.ended)
+        tomb = self._ended.get(client, {}).get(session_id)
+        if tomb is not None and tomb[1] > time.monotonic():
+            if tomb[0] == IDLE:
+                raise UnsupportedError(
+                    f"unknown session {session_id!r}: it was closed after {self.idle_s:g} s idle "
+                    '(CODE_MODE_SESSION_IDLE_S); start one with session="new"'
+                )
+            raise UnsupportedError(f'session {session_id!r} has ended: {tomb[0]}; start another with session="new"')
+        raise UnsupportedError(f'unknown session {session_id!r}: start one with session="new"')
+
+    def list(self, client: str) -> list[dict[str, Any]]:
+        self._reap_ended()
+        return [s.describe() for s in self._of(client)]
+
+    async def close(self, client: str, session_id: str) -> bool:
+        """Close the client's session (its worker killed); False when it has no such open session."""
+        session = self._open.get(session_id)
+        if session is None or session.client != client:
+            return False
+        self._bury(session, "it was closed", tombstone=False)
+        await session.handle.aclose()
+        return True
+
+    def ended(self, session: Session) -> None:
+        """After a run: a session whose runner ended it (timeout, dead worker) leaves the book, with its reason."""
+        if session.handle.ended is not None and session.id in self._open:
+            self._bury(session, session.handle.ended)
+
+    def _bury(self, session: Session, reason: str, *, tombstone: bool = True) -> None:
+        self._open.pop(session.id, None)
+        if not tombstone:
+            return
+        tombs = self._ended.setdefault(session.client, OrderedDict())
+        tombs[session.id] = (reason, time.monotonic() + self.idle_s)
+        while len(tombs) > MAX_TOMBSTONES:
+            tombs.popitem(last=False)
+
+    def _reap_ended(self) -> None:
+        for session in [s for s in self._open.values() if s.handle.ended is not None]:
+            self._bury(session, session.handle.ended or "it ended")
+
+    async def sweep(self) -> None:
+        """Forever: close sessions idle longer than ``idle_s``, and forget expired tombstones."""
+        while True:
+            now = time.monotonic()
+            idle = [s for s in self._open.values() if not s.busy and now - s.used >= self.idle_s]
+            for session in idle:
+                self._bury(session, IDLE)
+                await session.handle.aclose()
+            for client, tombs in list(self._ended.items()):
+                for key in [k for k, (_, expires) in tombs.items() if expires <= now]:
+                    del tombs[key]
+                if not tombs:
+                    del self._ended[client]
+            pause = min(SWEEP_EVERY, self.idle_s / 2)
+            if self._open:
+                soonest = min(s.used for s in self._open.values()) + self.idle_s - now
+                pause = max(0.05, min(pause, soonest))
+            with anyio.move_on_after(pause if self._open or self._ended else SWEEP_EVERY):
+                self._wake = anyio.Event()
+                await self._wake.wait()
+
+    async def aclose(self) -> None:
+        """Close every session (the engine is closing): no session's worker outlives it."""
+        with anyio.CancelScope(shield=True):
+            for session in list(self._open.values()):
+                self._bury(session, "the server closed", tombstone=False)
+                await session.handle.aclose()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+__all__ = ["Session", "SessionBook"]
