@@ -141,12 +141,13 @@ def supported_languages(engine: CodeMode) -> list[dict[str, Any]]:
 
 
 def runner_choices(engine: CodeMode) -> str:
-    """The ``runner`` parameter's description: each runner with its summary (at most ``RUNNER_SUMMARY`` characters)
-    and the languages it is the default for (``list_supported_languages`` has the whole summaries)."""
+    """The ``runner`` parameter's description: each runner with its brief (else its summary, at most
+    ``RUNNER_SUMMARY`` characters) and the languages it is the default for (``list_supported_languages`` has the
+    whole summaries)."""
     parts: list[str] = []
     for f in engine.runner_facts():
-        default = f", default for {'/'.join(f.default_for)}" if f.default_for else ""
-        parts.append(f"{f.info.name} ({clipped(f.info.summary, RUNNER_SUMMARY)}{default})")
+        default = f", default {'/'.join(f.default_for)}" if f.default_for else ""
+        parts.append(f"{f.info.name} ({f.info.brief or clipped(f.info.summary, RUNNER_SUMMARY)}{default})")
     return "; ".join(parts) + "."
 
 

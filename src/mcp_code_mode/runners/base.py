@@ -101,7 +101,10 @@ class RunnerInfo:
     stub_language: str
     """The key of ``stubs.RENDERERS`` whose module its scripts see."""
     summary: str
-    """A few words for the tool surface (``execute_code``'s ``runner`` parameter, ``list_supported_languages``)."""
+    """A few words for the tool surface (``list_supported_languages``)."""
+    brief: str = ""
+    """Two or three words for ``execute_code``'s ``runner`` parameter, which every turn of a model pays for (empty:
+    the summary, clipped)."""
     packages: PackageKind = "none"
     package_manager: str | None = None
     """How its packages are installed, in words (``list_supported_languages``)."""

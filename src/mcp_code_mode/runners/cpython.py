@@ -18,6 +18,7 @@ INFO = RunnerInfo(
     languages=("python",),
     stub_language="python",
     summary="full CPython, any import",
+    brief="any import",
     packages="environment",
     package_manager="uv (whitelisted PyPI wheels)",
     order=20,

@@ -129,6 +129,7 @@ INFO = RunnerInfo(
     languages=("javascript", "typescript"),
     stub_language="typescript",
     summary="JavaScript/TypeScript under Deno",
+    brief="JS/TS",
     packages="self",
     package_manager="Deno's npm cache (whitelisted npm packages)",
     default_for=("javascript", "typescript"),

@@ -66,6 +66,7 @@ INFO = RunnerInfo(
     languages=("python",),
     stub_language="python",
     summary="restricted interpreter (safe stdlib modules; no os, sys, subprocess)",
+    brief="restricted, no os",
     packages="environment",
     package_manager="uv (whitelisted PyPI wheels)",
     default_for=("python",),

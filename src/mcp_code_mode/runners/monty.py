@@ -89,6 +89,7 @@ INFO = RunnerInfo(
     name="monty",
     languages=("python",),
     stub_language="python",
+    brief="fast Python subset",
     summary=(
         "pydantic-monty, a fast Rust interpreter of a Python subset (no class inheritance, no yield, "
         f"stdlib: {', '.join(m for m in MONTY_MODULES if m not in ('posixpath', 'binascii'))})"

@@ -269,6 +269,7 @@ INFO = RunnerInfo(
     languages=("python",),
     stub_language="python",
     summary="CPython in WebAssembly",
+    brief="WebAssembly",
     packages="self",
     package_manager="micropip (whitelisted pure-Python wheels from PyPI, Pyodide's own packages)",
     order=30,
