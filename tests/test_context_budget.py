@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import mcp_types as types
 import pytest
 from mcp import Client
 
@@ -28,8 +29,6 @@ BUDGET = 1000
 
 FULL_TOOLS = {
     "execute_code",
-    "list_sessions",
-    "close_session",
     "get_execution_limits",
     "list_supported_languages",
     "list_allowed_packages",
@@ -41,6 +40,8 @@ FULL_TOOLS = {
     "get_cached_script",
     "get_cache_stats",
 }
+SESSION_TOOLS = {"list_sessions", "close_session"}
+"""Listed to a client while it has a session (``CodeModeServer.show_when``)."""
 
 
 def engine(**settings: Any) -> CodeMode:
@@ -85,3 +86,28 @@ async def test_the_minimal_profile_lists_three_tools_and_refuses_the_others_as_u
             assert f"Unknown tool: {name}" in " ".join(getattr(b, "text", "") for b in refused.content)
         stubs = await client.call_tool("get_tool_stubs", {"names": ["fixture.add"]})
         assert not stubs.is_error and "def add(" in " ".join(getattr(b, "text", "") for b in stubs.content)
+
+
+async def test_the_session_tools_are_listed_to_a_client_while_it_has_a_session_and_it_is_told() -> None:
+    changes = 0
+
+    async def on_message(message: Any) -> None:
+        nonlocal changes
+        if isinstance(message, types.ToolListChangedNotification):
+            changes += 1
+
+    cm = CodeMode(make_config({"fixture": fixture_entry()}))
+    server = build_server(cm)
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        assert not SESSION_TOOLS & {t.name for t in (await client.list_tools()).tools}
+        opened = await client.call_tool("execute_code", {"language": "python", "code": "x = 1", "session": "new"})
+        assert opened.structured_content is not None and opened.structured_content["success"], opened
+        session = opened.structured_content["sessionId"]
+        assert changes == 1, "the client that opened a session is told its tools changed"
+        assert SESSION_TOOLS <= {t.name for t in (await client.list_tools()).tools}
+        closed = await client.call_tool("close_session", {"sessionId": session})
+        assert not closed.is_error, closed
+        assert changes == 2
+        assert not SESSION_TOOLS & {t.name for t in (await client.list_tools()).tools}
+        unlisted = await client.call_tool("list_sessions", {})
+        assert not unlisted.is_error, "an unlisted tool still answers"

@@ -8,10 +8,10 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from typing import Annotated, Any, Literal, get_args
-from weakref import WeakKeyDictionary, WeakSet
+from typing import Annotated, Any, Literal, cast, get_args
+from weakref import WeakKeyDictionary
 
 import anyio
 import mcp_types as types
@@ -249,8 +249,11 @@ class CodeModeServer(MCPServer[Any]):
         super().__init__(**kwargs)
         self.engine = engine
         self._log_levels: WeakKeyDictionary[object, str] = WeakKeyDictionary()
-        self._listed: WeakSet[Any] = WeakSet()
-        """Connections that have listed the tools (those a change is worth telling)."""
+        self._listed: WeakKeyDictionary[Any, tuple[str, frozenset[str]]] = WeakKeyDictionary()
+        """Connections that have listed the tools (those a change is worth telling): their client and the tools
+        they were shown."""
+        self._shown_when: dict[str, Callable[[str], bool]] = {}
+        """Tools listed only to a client for whom they have something to act on (``show_when``)."""
         self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.tasks = TaskBook()
         """``execute_code`` called as an MCP task (2025-11-25; ``_tasks``)."""
@@ -264,8 +267,29 @@ class CodeModeServer(MCPServer[Any]):
     async def _handle_list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        self._listed.add(_connection_of(ctx))
-        return await super()._handle_list_tools(ctx, params)
+        listed = await super()._handle_list_tools(ctx, params)
+        client = request_client(ctx)
+        listed.tools = [t for t in listed.tools if self._shown(t.name, client)]
+        self._listed[_connection_of(ctx)] = (client, frozenset(t.name for t in listed.tools))
+        return listed
+
+    def show_when(self, tool: str, relevant: Callable[[str], bool]) -> None:
+        """List ``tool`` to a client only while ``relevant(client)`` holds (``close_session`` once it has a session,
+        ``get_skill`` once a skill exists): every tool a model is shown costs it context on every turn. The tool
+        answers whether listed or not; ``refresh_surface`` tells a client when its list changed."""
+        self._shown_when[tool] = relevant
+
+    def _shown(self, tool: str, client: str) -> bool:
+        relevant = self._shown_when.get(tool)
+        return relevant is None or relevant(client)
+
+    async def refresh_surface(self) -> None:
+        """Tell each connection whose list of tools would now differ from what it was shown (``show_when``)."""
+        for connection, (client, shown) in list(self._listed.items()):
+            now = frozenset(n for n in self._shown_when if self._shown(n, client))
+            if now != shown & frozenset(self._shown_when):
+                self._listed[connection] = (client, (shown - frozenset(self._shown_when)) | now)
+                await connection.send_tool_list_changed()  # best effort: a closed stream drops it
 
     async def notify_tool_changes(self) -> None:
         """Until cancelled: after each change of the downstream tools, tell every connection that listed them."""
@@ -452,6 +476,8 @@ def build_server(
                 )
             except CodeModeError as exc:  # caught in here: the reporter's task group would wrap it
                 return refused(exc, language, engine.runner_for(language, runner))
+        if session is not None:  # a first session lists the session tools; an ended last one unlists them
+            await server.refresh_surface()
         return to_call_result(result)
 
     @server.tool(name="get_tool_stubs")
@@ -499,6 +525,14 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
 
 def register_session_tools(server: CodeModeServer, engine: CodeMode) -> None:
+    """``list_sessions`` and ``close_session``, listed to a client while it has a session (``show_when``)."""
+
+    def has_sessions(client: str) -> bool:
+        return bool(engine.list_sessions(client))
+
+    server.show_when("list_sessions", has_sessions)
+    server.show_when("close_session", has_sessions)
+
     @server.tool(name="list_sessions")
     def list_sessions(ctx: Context | None = None) -> list[dict[str, Any]]:
         """Your open execute_code sessions."""
@@ -509,6 +543,7 @@ def register_session_tools(server: CodeModeServer, engine: CodeMode) -> None:
         """Close a session and kill its interpreter."""
         if not await engine.close_session(sessionId, client=client_of(ctx)):
             raise ToolError(f"unknown session {sessionId!r}")
+        await server.refresh_surface()
         return {"closed": sessionId}
 
 
@@ -562,14 +597,19 @@ def elicitor(ctx: Context | None) -> Elicit | None:
 
 
 def client_of(ctx: Context | None) -> str:
-    """Who asks, for fair shares of the run slots (``admission``).
+    """Who asks: whose run slots (``admission``), sessions, plans, tokens and artifacts these are.
 
     Over HTTP: the MCP session (``Mcp-Session-Id``), else the bearer token, else one shared "http" client
     (stateless requests carry nothing that tells clients apart). Otherwise (stdio, in-process): the
     connection on the session-based protocol; on the request-scoped one a process serves one client."""
     if ctx is None:
         return "library"
-    headers = ctx.headers
+    return request_client(ctx.request_context)
+
+
+def request_client(ctx: ServerRequestContext[Any]) -> str:
+    """``client_of`` for a lowlevel request context (``tools/list``, the task handlers)."""
+    headers = cast("Mapping[str, str] | None", getattr(ctx.request, "headers", None))
     if headers is not None:
         session_id = headers.get("mcp-session-id")
         if session_id:
