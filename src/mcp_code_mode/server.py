@@ -453,6 +453,9 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
         return engine.allowed_packages(language)
 
     register_discovery_tools(server, engine)
+    from ._skill_tools import register_skill_tools
+
+    register_skill_tools(server, engine)
 
 
 def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:

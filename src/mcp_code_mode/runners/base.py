@@ -42,6 +42,9 @@ class StubBundle:
     """Namespace → function names, for runners that define the stubs from names (``deno``)."""
     unavailable: Mapping[str, str] = field(default_factory=dict[str, str])
     """Namespace → why its server is down: calling any of its tools says so."""
+    skills: tuple[Mapping[str, Any], ...] = ()
+    """The skills a run of this stub language may call (``skills.SkillBook.run_specs``), sent with each run and
+    defined in the run's own interpreter, never in a zygote."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class RunnerInfo:
     """The ``Settings`` fields it reads (shown in ``get_execution_limits``)."""
     awaitable_stubs: str = ""
     """When a stub call must be awaited, in one sentence (empty: never)."""
+    runs_skills: bool = True
+    """Its runs can call saved skills (``skills.name(...)``), defined in the run's interpreter."""
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,11 @@ from cm_runtime import (
     OutputBuffer,
     ToolCalls,
     ToolError,
+    define_compiled,
     final_answer,
     jsonable,
     list_files,
+    skill_namespace,
     syntax_error,
     tool_arguments,
     tool_result,
@@ -340,7 +342,7 @@ def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     return result
 
 
-def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -> str:
+def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, skills: Any = None) -> str:
     """Run one script in this interpreter; the ``done`` fields as JSON.
 
     A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
@@ -365,6 +367,10 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
     for name in _loads(namespaces_json):
         if name in _stubs:
             namespace[name] = _stubs[name]
+    if skills:  # each defined in this interpreter on its first call (cm_runtime.skill_namespace)
+        base: dict[str, Any] = {}
+        namespace["skills"] = skill_namespace(skills, lambda spec: define_compiled(spec, base))
+        base.update(namespace)
     done: dict[str, Any]
     value: Any = None
     cut = False
@@ -506,7 +512,8 @@ def serve(bridge: Any) -> str:
                 install_wheels([f"/wheels/{name}" for name in wheels])
             cap = message.get("max_output")
             cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
-            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap)
+            namespaces = _dumps(message.get("namespaces") or [])
+            return run(str(message.get("code") or ""), namespaces, cap, message.get("skills"))
 
 
 WARM_UP_SCRIPT = """\

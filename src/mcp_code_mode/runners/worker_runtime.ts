@@ -356,6 +356,31 @@ export interface RunMessage {
   unavailable: Record<string, string>;
   packages: { name: string; specifier: string }[];
   pyodide_packages: string[];
+  /** the skills the run may call: each a module's source (its default export), or the host's refusal */
+  skills: SkillSpec[];
+}
+
+/** A saved skill as a run message carries it (`skills.SkillBook.run_specs` on the host). */
+export interface SkillSpec {
+  name: string;
+  schema: { [key: string]: Json };
+  source: string | null;
+  language: string;
+  refused: string | null;
+}
+
+function skillSpec(value: unknown, where: string): SkillSpec {
+  if (!isJsonObject(value) || typeof value.name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(value.name)) {
+    throw new TypeError(`${where}: not a skill with an identifier for a name`);
+  }
+  const schema = value.schema ?? {};
+  if (!isJsonObject(schema)) throw new TypeError(`${where}: schema is not an object`);
+  const source = value.source ?? null;
+  const refused = value.refused ?? null;
+  if (source !== null && typeof source !== "string") throw new TypeError(`${where}: source is not a string`);
+  if (refused !== null && typeof refused !== "string") throw new TypeError(`${where}: refused is not a string`);
+  const language = value.language === "typescript" ? "typescript" : "javascript";
+  return { name: value.name, schema, source, language, refused };
 }
 
 function stringList(value: unknown, field: string): string[] {
@@ -398,6 +423,8 @@ export function parseRunMessage(message: Message): RunMessage {
     throw new TypeError("packages: not a list of {name, specifier}");
   }
   const pyodidePackages = stringList(message.pyodide_packages ?? [], "pyodide_packages");
+  const skills = message.skills ?? [];
+  if (!isArray(skills)) throw new TypeError("skills: not a list");
   return {
     op: "run",
     code,
@@ -408,5 +435,6 @@ export function parseRunMessage(message: Message): RunMessage {
     unavailable,
     packages: packages as { name: string; specifier: string }[],
     pyodide_packages: pyodidePackages,
+    skills: skills.map((s, i) => skillSpec(s, `skills[${i}]`)),
   };
 }

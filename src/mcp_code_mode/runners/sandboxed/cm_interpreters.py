@@ -36,6 +36,7 @@ from cm_protocol import (
     syntax_error,
     tool_arguments,
 )
+from cm_runtime import define_compiled, skill_namespace
 
 SCRIPT_FILENAME = "<script>"
 
@@ -144,7 +145,9 @@ def patch_line_tracking() -> None:
     lpe.get_safe_module = get_safe_module
 
 
-def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, imports: list[str]) -> dict[str, Any]:
+def run_local(
+    code: str, tools: dict[str, Any], output: Output, workspace: str, imports: list[str], skills: Any = None
+) -> dict[str, Any]:
     from smolagents import local_python_executor as lpe
 
     harden_interpreter()  # done in the zygote already (import_interpreter); here in case a caller skipped it
@@ -171,6 +174,8 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
         "ToolError": ToolError,
         **tools,
     }
+    if skills:
+        static_tools["skills"] = skill_namespace(skills, _local_skill(static_tools, output, imports))
     state: dict[str, Any] = {"__name__": "__main__", "_print_outputs": output, "_operations_count": {"counter": 0}}
     custom_tools: dict[str, Any] = {}  # functions and classes the script defines
     value: Any = None
@@ -187,7 +192,37 @@ def run_local(code: str, tools: dict[str, Any], output: Output, workspace: str, 
         return {"success": False, "error": error_info(exc, line, f"line {line}: {source}" if source else None)}
 
 
-def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, Any]:
+def _local_skill(static_tools: dict[str, Any], output: Output, imports: list[str]) -> Any:
+    """How a skill is defined under ``local``: its code evaluated by the same AST interpreter, with the same
+    tools, import allow-list and refusals as the script (never compiled as plain Python), in its own state."""
+    from smolagents import local_python_executor as lpe
+
+    def define(spec: dict[str, Any]) -> Any:
+        source = str(spec.get("source") or "")
+        name = spec["name"]
+        findings = unsupported(source)
+        if findings:
+            raise ToolError(f"skills.{name} cannot run here: {refusal(source, findings)['message']}")
+        state: dict[str, Any] = {
+            "__name__": f"skill_{name}",
+            "_print_outputs": output,
+            "_operations_count": {"counter": 0},
+        }
+        custom: dict[str, Any] = {}
+        entry = str(spec.get("entry") or name)
+        function: Any = None
+        for node in ast.parse(source).body:
+            value = lpe.evaluate_ast(node, state, static_tools, custom, imports)
+            if isinstance(node, ast.FunctionDef) and node.name == entry:
+                function = value
+        if not callable(function):
+            raise ToolError(f"skills.{name}: its code defines no function {spec.get('entry')!r}")
+        return function
+
+    return define
+
+
+def run_cpython(code: str, tools: dict[str, Any], output: Output, skills: Any = None) -> dict[str, Any]:
     import asyncio
     import inspect
 
@@ -213,6 +248,10 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output) -> dict[str, A
 
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
     namespace.update(ToolError=ToolError, final_answer=final_answer)
+    if skills:  # a skill sees the stubs and the other skills, not the script's variables
+        base: dict[str, Any] = {}
+        namespace["skills"] = skill_namespace(skills, lambda spec: define_compiled(spec, base))
+        base.update(namespace)
     sys.stdout = sys.stderr = output  # type: ignore[assignment]
     try:
         body = eval(compiled, namespace)

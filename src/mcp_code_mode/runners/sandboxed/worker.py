@@ -116,10 +116,11 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
     tools["parallel"] = parallel
+    skills = message.get("skills")
     if kind == "cpython":
-        result = run_cpython(message["code"], tools, output)
+        result = run_cpython(message["code"], tools, output, skills)
     else:
-        result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
+        result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])), skills)
     result["returnValue"], cut = jsonable(result.pop("value", None), cap)
     result["files"] = list_files(workspace)
     result["dropped"] = output.dropped + (1 if cut else 0)
