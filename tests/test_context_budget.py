@@ -38,6 +38,10 @@ FULL_TOOLS = {
     "list_cached_scripts",
     "get_cached_script",
     "get_cache_stats",
+    "save_skill",
+    "list_skills",
+    "get_skill",
+    "delete_skill",
 }
 
 

@@ -68,13 +68,11 @@ def register_skill_tools(server: CodeModeServer, engine: CodeMode) -> None:
         return {**_book(engine).with_staleness(saved).summary(), "call": _call(saved.family, name)}
 
     @server.tool(name="list_skills")
-    async def list_skills(language: str | None = None) -> dict[str, Any]:
+    async def list_skills() -> dict[str, Any]:
         """Saved skills: parameters, tools, staleness."""
         book = _book(engine)
-        with tool_errors():
-            skills = await anyio.to_thread.run_sync(book.current)
-        lang = (language or "").lower()
-        return {"skills": [s.summary() for s in skills if not lang or s.language == lang or s.family == lang]}
+        skills = await anyio.to_thread.run_sync(book.current)
+        return {"skills": [s.summary() for s in skills]}
 
     @server.tool(name="get_skill")
     async def get_skill(name: str) -> dict[str, Any]:
@@ -84,7 +82,7 @@ def register_skill_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="delete_skill")
     async def delete_skill(name: str) -> dict[str, Any]:
-        """Delete a skill, every version."""
+        """Delete a skill (every version)."""
         book = _book(engine)
         removed = await anyio.to_thread.run_sync(book.store.delete, name)
         if not removed:
