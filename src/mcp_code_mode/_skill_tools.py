@@ -12,8 +12,12 @@ from .skills import SkillBook
 from .skills.saving import save_skill as save
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from mcp.server import MCPServer
+
     from .engine import CodeMode
-    from .server import CodeModeServer
 
 
 def _book(engine: CodeMode) -> SkillBook:
@@ -39,8 +43,13 @@ def skill_detail(book: SkillBook, name: str) -> dict[str, Any]:
     }
 
 
-def register_skill_tools(server: CodeModeServer, engine: CodeMode) -> None:
-    from .server import client_of, tool_errors
+def register_skill_tools(
+    server: MCPServer[Any],
+    engine: CodeMode,
+    client_of: Callable[[Context | None], str],
+    tool_errors: Callable[[], AbstractContextManager[None]],
+) -> None:
+    """``client_of`` names who asks; ``tool_errors`` makes a refusal the tool's error text (``server``'s own)."""
 
     @server.tool(name="save_skill")
     async def save_skill(

@@ -27,6 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
+from ._skill_tools import register_skill_tools
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
@@ -453,9 +454,7 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
         return engine.allowed_packages(language)
 
     register_discovery_tools(server, engine)
-    from ._skill_tools import register_skill_tools
-
-    register_skill_tools(server, engine)
+    register_skill_tools(server, engine, client_of, tool_errors)
 
 
 def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:
