@@ -123,6 +123,26 @@ async def test_a_skill_call_is_checked_against_its_parameters_naming_the_paramet
     assert "no_such_skill" in nothing["error"]["message"] and "plus_twice" in nothing["error"]["message"]
 
 
+async def test_validate_code_checks_a_python_skill_call_against_its_parameters(client: Client) -> None:
+    checked = await call(client, "validate_code", language="python", code="x = 1\nskills.plus_twice(c=1)")
+    messages = [(f["line"], f["kind"], f["message"]) for f in checked["findings"]]
+    assert (2, "arguments", "skills.plus_twice has no parameter 'c' (parameters: a, b)") in messages
+    assert (2, "arguments", "skills.plus_twice needs the parameter 'a'") in messages
+    unknown = await call(client, "validate_code", language="python", code="skills.nope()")
+    assert [f["kind"] for f in unknown["findings"]] == ["unknown-skill"]
+
+
+@pytest.mark.parametrize("runner", ["cpython", "local"])
+async def test_an_error_inside_a_skill_is_reported_at_the_script_line_that_called_it(
+    client: Client, runner: str
+) -> None:
+    code = "def fails(n: int) -> float:\n    half = n / 2\n    return half / 0\n"
+    await call(client, "save_skill", name=f"fails_{runner}", description="Always fails.", code=code)
+    result = await run(client, f"a = 1\nb = 2\nskills.fails_{runner}(n=a)", runner=runner)
+    assert not result["success"] and result["error"]["type"] == "ZeroDivisionError"
+    assert result["error"]["line"] == 3, result["error"]
+
+
 async def test_a_cached_script_that_succeeded_becomes_a_skill_and_a_failed_one_is_refused(client: Client) -> None:
     proven = await call(
         client, "execute_code", language="python", code="total = fixture.add(a=20, b=22)['result']\ntotal"
@@ -176,6 +196,12 @@ async def test_a_typescript_skill_is_called_from_javascript_and_typescript_and_t
             client, "execute_code", language=language, code="export default await skills.add_ts({ a: 1, b: 2 });"
         )
         assert result["success"] and result["returnValue"] == 3, result
+    script = "const r = await fixture.add({ a: 40, b: 2 });\nexport default r.result;"
+    proven = await execute(client, language="javascript", code=script, cache="auto")
+    assert proven["success"], proven["error"]
+    await call(client, "save_skill", name="answer_js", description="The answer.", fromHash=proven["hash"])
+    answered = await execute(client, language="typescript", code="export default await skills.answer_js();")
+    assert answered["returnValue"] == 42, answered
     wrong = await execute(client, language="javascript", code="await skills.add_ts({ a: 'x', b: 1 });")
     assert "parameter 'a' must be number" in wrong["error"]["message"]
     checked = await call(client, "validate_code", language="typescript", code="await skills.add_ts({ a: 1 });")

@@ -9,6 +9,7 @@ skill under ``CODE_MODE_STALE_SKILLS=refuse`` is sent as a refusal, not as code.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -147,7 +148,42 @@ class SkillBook:
                     verb = "is refused" if self.refuse_stale else "still runs"
                     message = f"skills.{name} is stale: {'; '.join(skill.stale)} since it was saved ({verb})"
                     findings.append({"line": number, "column": column, "kind": "stale-skill", "message": message})
+        if family == "python":
+            findings += _python_arguments(code, known)
         return findings
+
+
+def _python_arguments(code: str, known: Mapping[str, SkillVersion]) -> list[dict[str, Any]]:
+    """``arguments`` findings for Python calls of known skills: an unknown keyword, a required one missing."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []  # the runner's check reports it
+    findings: list[dict[str, Any]] = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "skills"
+            and node.func.attr in known
+        ):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        schema = known[node.func.attr].parameters
+        props = list(schema.get("properties") or {})
+        given = set(props[: len(node.args)]) | {k.arg for k in node.keywords if k.arg}
+        where = {"line": node.lineno, "column": node.col_offset + 1, "kind": "arguments"}
+        if schema.get("additionalProperties") is not True:
+            for k in node.keywords:
+                if k.arg and k.arg not in props:
+                    listed = ", ".join(props) or "none"
+                    message = f"skills.{node.func.attr} has no parameter {k.arg!r} (parameters: {listed})"
+                    findings.append({**where, "message": message})
+        missing = [name for name in schema.get("required") or [] if name not in given]
+        findings += [{**where, "message": f"skills.{node.func.attr} needs the parameter {n!r}"} for n in missing]
+    return findings
 
 
 def _hit(s: SkillVersion) -> dict[str, Any]:

@@ -400,7 +400,15 @@ def render_typescript(code: str, language: str, parameters: Mapping[str, Any]) -
             return f"{code}\nexport default {match.group('name')};\n"
     names = ", ".join(parameters.get("properties") or {})
     typed = ": any" if language == "typescript" else ""
-    return f"export default async function ({{ {names} }}{typed} = {{}}) {{\n{code}\n}}\n"
+    imports = [line for line in code.splitlines() if _IMPORT.match(line)]
+    body = "\n".join(line for line in code.splitlines() if not _IMPORT.match(line))
+    body = _EXPORT_DEFAULT.sub("return ", body)  # a script's value (its default export) is the skill's
+    head = "".join(f"{line}\n" for line in imports)
+    return f"{head}export default async function ({{ {names} }}{typed} = {{}}) {{\n{body}\n}}\n"
+
+
+_IMPORT = re.compile(r"^import\s+(?:[\w*{}\s,]+\s+from\s+)?[\"'][^\"']+[\"'];?\s*$")
+_EXPORT_DEFAULT = re.compile(r"^export\s+default\s+", re.MULTILINE)
 
 
 def infer(language: str, code: str) -> dict[str, Any] | None:

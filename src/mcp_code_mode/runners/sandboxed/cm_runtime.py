@@ -546,9 +546,14 @@ def _skill_function(spec: dict[str, Any], define: Callable[[dict[str, Any]], Cal
         if isinstance(refused, str):
             raise ToolError(refused)
         arguments = skill_arguments(name, schema, args, kwargs)
-        if not defined:
-            defined.append(define(spec))
-        return defined[0](**arguments)
+        try:
+            if not defined:
+                defined.append(define(spec))
+            return defined[0](**arguments)
+        except Exception as exc:
+            if getattr(exc, "_cm_line", None) is not None:  # a line of the skill's code, not of the script
+                exc._cm_line = None  # type: ignore[attr-defined]  # the script's calling line is reported
+            raise
 
     skill.__name__ = skill.__qualname__ = name
     return skill
