@@ -143,6 +143,19 @@ async def test_an_error_inside_a_skill_is_reported_at_the_script_line_that_calle
     assert result["error"]["line"] == 3, result["error"]
 
 
+async def test_a_skill_has_the_calling_runs_restrictions_and_monty_refuses_skills(
+    client: Client, engine: CodeMode
+) -> None:
+    code = "import os\n\ndef cwd() -> str:\n    return os.getcwd()\n"
+    await call(client, "save_skill", name="cwd", description="The working directory.", code=code)
+    assert (await run(client, "skills.cwd()", runner="cpython"))["success"]
+    confined = await run(client, "skills.cwd()", runner="local")  # evaluated by local's interpreter
+    assert not confined["success"] and "Import of os is not allowed" in confined["error"]["message"]
+    if "monty" in engine.runners:
+        refused_run = await run(client, "skills.cwd()", runner="monty")
+        assert "the monty runner cannot call skills" in refused_run["error"]["message"]
+
+
 async def test_a_cached_script_that_succeeded_becomes_a_skill_and_a_failed_one_is_refused(client: Client) -> None:
     proven = await call(
         client, "execute_code", language="python", code="total = fixture.add(a=20, b=22)['result']\ntotal"
