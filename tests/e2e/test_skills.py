@@ -57,6 +57,19 @@ async def client(engine: CodeMode) -> AsyncIterator[Client]:
         yield c
 
 
+@pytest.fixture(scope="module")
+async def saved(client: Client) -> dict[str, dict[str, Any]]:
+    """The two skills most tests call, saved once through the client: what ``save_skill`` answered."""
+    return {
+        "plus_twice": await call(
+            client, "save_skill", name="plus_twice", description="Add a and b, doubled.", code=PLUS_TWICE
+        ),
+        "add_ts": await call(
+            client, "save_skill", name="add_ts", description="Add two numbers.", code=ADD_TS, language="ts"
+        ),
+    }
+
+
 async def call(client: Client, tool: str, **arguments: Any) -> Any:
     with anyio.fail_after(300):
         result = await client.call_tool(tool, arguments)
@@ -83,24 +96,24 @@ async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
     return await execute(client, language="python", code=code, **arguments)
 
 
-async def test_a_python_function_skill_gets_its_parameters_from_its_signature(client: Client) -> None:
-    saved = await call(
-        client, "save_skill", name="plus_twice", description="Add a and b, doubled.", code=PLUS_TWICE, language="python"
-    )
-    assert saved["parameters"] == {
+async def test_a_python_function_skill_gets_its_parameters_from_its_signature(
+    saved: dict[str, dict[str, Any]],
+) -> None:
+    plus_twice = saved["plus_twice"]
+    assert plus_twice["parameters"] == {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 1}},
         "required": ["a"],
         "description": "Add a and b with the fixture, doubled.",
     }
-    assert saved["tools"] == ["fixture.add"]
-    assert saved["version"] == 1 and saved["kind"] == "skill" and saved["call"] == "skills.plus_twice(...)"
-    assert saved["author"]  # the client that saved it
+    assert plus_twice["tools"] == ["fixture.add"]
+    assert plus_twice["version"] == 1 and plus_twice["kind"] == "skill"
+    assert plus_twice["call"] == "skills.plus_twice(...)" and plus_twice["author"]  # the client that saved it
 
 
 @pytest.mark.parametrize("runner", ["cpython", "local", "pyodide"])
 async def test_a_python_skill_runs_in_the_calling_run_and_its_tool_calls_are_audited(
-    client: Client, engine: CodeMode, runner: str
+    client: Client, engine: CodeMode, runner: str, saved: dict[str, dict[str, Any]]
 ) -> None:
     result = await run(client, "print(skills.plus_twice(2, b=3))\nskills.plus_twice(a=1)", runner=runner)
     assert result["success"], result["error"]
@@ -112,7 +125,9 @@ async def test_a_python_skill_runs_in_the_calling_run_and_its_tool_calls_are_aud
 
 
 @pytest.mark.parametrize("runner", ["cpython", "local"])
-async def test_a_skill_call_is_checked_against_its_parameters_naming_the_parameter(client: Client, runner: str) -> None:
+async def test_a_skill_call_is_checked_against_its_parameters_naming_the_parameter(
+    client: Client, runner: str, saved: dict[str, dict[str, Any]]
+) -> None:
     wrong = await run(client, "skills.plus_twice(a='x')", runner=runner)
     assert not wrong["success"] and "parameter 'a' must be integer, not str" in wrong["error"]["message"]
     missing = await run(client, "skills.plus_twice(b=2)", runner=runner)
@@ -123,7 +138,9 @@ async def test_a_skill_call_is_checked_against_its_parameters_naming_the_paramet
     assert "no_such_skill" in nothing["error"]["message"] and "plus_twice" in nothing["error"]["message"]
 
 
-async def test_validate_code_checks_a_python_skill_call_against_its_parameters(client: Client) -> None:
+async def test_validate_code_checks_a_python_skill_call_against_its_parameters(
+    client: Client, saved: dict[str, dict[str, Any]]
+) -> None:
     checked = await call(client, "validate_code", language="python", code="x = 1\nskills.plus_twice(c=1)")
     messages = [(f["line"], f["kind"], f["message"]) for f in checked["findings"]]
     assert (2, "arguments", "skills.plus_twice has no parameter 'c' (parameters: a, b)") in messages
@@ -161,10 +178,10 @@ async def test_a_cached_script_that_succeeded_becomes_a_skill_and_a_failed_one_i
         client, "execute_code", language="python", code="total = fixture.add(a=20, b=22)['result']\ntotal"
     )
     assert proven["success"], proven["error"]
-    saved = await call(
+    answer = await call(
         client, "save_skill", name="answer", description="The answer, from the fixture.", fromHash=proven["hash"]
     )
-    assert saved["tools"] == ["fixture.add"] and saved["language"] == "python"
+    assert answer["tools"] == ["fixture.add"] and answer["language"] == "python"
     detail = await call(client, "get_skill", name="answer")
     assert detail["fromHash"] == proven["hash"] and "fixture.add(a=20, b=22)" in detail["code"]
     assert (await run(client, "skills.answer()"))["returnValue"] == 42
@@ -200,10 +217,10 @@ async def test_invalid_code_and_names_are_refused_on_save(client: Client) -> Non
 
 
 async def test_a_typescript_skill_is_called_from_javascript_and_typescript_and_typed_in_validate(
-    client: Client,
+    client: Client, saved: dict[str, dict[str, Any]]
 ) -> None:
-    saved = await call(client, "save_skill", name="add_ts", description="Add two numbers.", code=ADD_TS, language="ts")
-    assert saved["parameters"]["required"] == ["a", "b"] and saved["call"] == "await skills.add_ts({...})"
+    assert saved["add_ts"]["parameters"]["required"] == ["a", "b"]
+    assert saved["add_ts"]["call"] == "await skills.add_ts({...})"
     for language in ("javascript", "typescript"):
         result = await call(
             client, "execute_code", language=language, code="export default await skills.add_ts({ a: 1, b: 2 });"
@@ -224,10 +241,14 @@ async def test_a_typescript_skill_is_called_from_javascript_and_typescript_and_t
     python_stubs = await call(client, "get_tool_stubs", language="python")
     assert "def plus_twice(a: int, b: int = 1) -> Any:" in python_stubs["result"]
     assert "add_ts" not in python_stubs["result"]  # a JS/TS skill is not one of Python's
+    one = await call(client, "get_tool_stubs", names=["skills.plus_twice", "fixture.add"])
+    assert "def plus_twice(a: int, b: int = 1)" in one["result"] and "def add(" in one["result"]
+    assert "def double(" not in one["result"]
+    assert "no skill add_ts for python" in await refused(client, "get_tool_stubs", names=["skills.add_ts"])
 
 
 async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_runs_or_is_refused(
-    client: Client, engine: CodeMode, base: Path
+    client: Client, engine: CodeMode, base: Path, saved: dict[str, dict[str, Any]]
 ) -> None:
     await run(client, "fixture.add_tool(name='greet')")
     await _until(engine, lambda: engine.index.tool("fixture", "greet") is not None)
@@ -271,7 +292,11 @@ async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_r
 
 
 async def test_a_skill_exported_deleted_and_imported_again_is_callable_again(
-    client: Client, base: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    client: Client,
+    base: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    saved: dict[str, dict[str, Any]],
 ) -> None:
     monkeypatch.setenv("CODE_MODE_CACHE_DIR", str(base / "cache"))
     folders = base / "exported"

@@ -284,10 +284,13 @@ class CodeMode:
     def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
         """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         self._refresh()
-        rendered = self._stubs.render(language, servers, names)
-        if self.skills is None or servers is not None or names:
+        asked = [n for n in names or [] if n.strip().startswith("skills.")]  # skills.name: that skill's stub
+        tools = [n for n in names or [] if n not in asked]
+        rendered = self._stubs.render(language, servers, tools) if tools or not asked else ""
+        if self.skills is None or servers is not None or (tools and not asked):
             return rendered
-        return rendered + self.skills.declarations(STUB_LANGUAGES.get(language.strip().lower(), "python"))
+        family = STUB_LANGUAGES.get(language.strip().lower(), "python")
+        return rendered + self.skills.declarations(family, [n.strip()[7:] for n in asked] or None)
 
     def policy_of(self, server: str, tool: str) -> str:
         """What the policy says of a tool before seeing its arguments: ``allow``, ``ask``, ``deny``, ``conditional``."""
@@ -299,7 +302,10 @@ class CodeMode:
         from ..discovery import select_tools
 
         index = self.index
+        if names and all(n.strip().startswith("skills.") for n in names):
+            return ""  # skills, whose tools' policy applies when they call them
         if names:
+            names = [n for n in names if not n.strip().startswith("skills.")]
             chosen = [t for tools in select_tools(index, names).values() for t in tools]
         else:
             chosen = [t for srv in index.servers if not servers or srv.name in servers for t in srv.tools]

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..runners import StubBundle
-from .model import SkillVersion, render_python, render_typescript
+from .model import SkillError, SkillVersion, render_python, render_typescript
 from .store import SkillStore
 
 SchemaHash = Callable[[str, str], "str | None"]
@@ -94,10 +94,17 @@ class SkillBook:
 
     # ----- what the model sees ----------------------------------------------------------------------
 
-    def declarations(self, family: str) -> str:
+    def declarations(self, family: str, names: list[str] | None = None) -> str:
         """The ``skills`` namespace as stubs: Python (shown by ``get_tool_stubs``) or TypeScript declarations
-        (shown, and given to ``deno check``)."""
+        (shown, and given to ``deno check``); all skills of the family, or the ``names`` (``SkillError`` for
+        one that does not exist)."""
         skills = self.current(family)
+        if names is not None:
+            missing = sorted(set(names) - {s.name for s in skills})
+            if missing:
+                known = ", ".join(s.name for s in skills) or "none"
+                raise SkillError(f"no skill {', '.join(missing)} for {family} (skills: {known})")
+            skills = [s for s in skills if s.name in names]
         if not skills:
             return ""
         if family == "python":
