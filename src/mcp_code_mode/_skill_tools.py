@@ -80,6 +80,7 @@ def register_skill_tools(
     async def list_skills() -> dict[str, Any]:
         """Saved skills: parameters, tools, staleness."""
         book = _book(engine)
+        await engine.settled()  # staleness is told against every server's tools
         skills = await anyio.to_thread.run_sync(book.current)
         return {"skills": [s.summary() for s in skills]}
 
@@ -87,6 +88,7 @@ def register_skill_tools(
     async def get_skill(name: str) -> dict[str, Any]:
         """A skill's code, parameters and versions."""
         book = _book(engine)
+        await engine.settled()
         return await anyio.to_thread.run_sync(skill_detail, book, name)
 
     @server.tool(name="delete_skill")

@@ -253,7 +253,16 @@ class CodeMode:
         except (OSError, sqlite3.Error) as exc:
             logger.warning("skills are off: %s cannot be used: %s", self.scripts.path, exc)
             return
-        self.skills = SkillBook(store, self._schema_hash, refuse_stale=self.settings.stale_skills == "refuse")
+        self.skills = SkillBook(store, self._live_schema_hash, refuse_stale=self.settings.stale_skills == "refuse")
+
+    def _live_schema_hash(self, server: str, tool: str) -> str | None:
+        """A tool's schema hash now; None when its server is up without it (or is no longer configured); ""
+        when that cannot be told (its server is starting, failed or disabled): a skill is not stale for that."""
+        info = self.pool.find(server, tool)
+        if info is not None:
+            return info.schema_hash
+        entry = self.pool.servers.get(server)
+        return None if entry is None or entry.state == "ready" else ""
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)

@@ -20,7 +20,7 @@ from .model import SkillError, SkillVersion, render_python, render_typescript
 from .store import SkillStore
 
 SchemaHash = Callable[[str, str], "str | None"]
-"""``(server, tool)`` → the tool's current schema hash, or None when it is gone."""
+"""``(server, tool)`` → the tool's current schema hash, None when it is gone, "" when that is not known now."""
 
 _CALL = re.compile(r"(?<![\w.])skills\s*\.\s*([A-Za-z_]\w*)")
 
@@ -43,6 +43,8 @@ class SkillBook:
         reasons: list[str] = []
         for ref in skill.tools:
             now = self.schema_hash(ref.server, ref.tool)
+            if now == "":  # its server is not up: not known now
+                continue
             if now is None:
                 reasons.append(f"{ref.server}.{ref.tool} is gone")
             elif ref.schema_hash and now != ref.schema_hash:
