@@ -255,12 +255,16 @@ async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_r
     code = "def greet_loud(text: str) -> str:\n    return fixture.greet(text=text.upper())['result']\n"
     await call(client, "save_skill", name="greet_loud", description="Greet loudly.", code=code)
     assert "stale" not in (await call(client, "get_skill", name="greet_loud"))
+    twice = "def greet_twice(text: str) -> str:\n    return skills.greet_loud(text=text) * 2\n"
+    nested = await call(client, "save_skill", name="greet_twice", description="Greet loudly, twice.", code=twice)
+    assert nested["tools"] == ["fixture.greet"]  # the tools of the skill it calls
 
     await run(client, "fixture.retype_tool(name='greet')")
     await _until(engine, lambda: bool(engine.skills and engine.skills.find("greet_loud").stale))  # pyright: ignore[reportOptionalMemberAccess]
 
     listed = {s["name"]: s for s in (await call(client, "list_skills"))["skills"]}
     assert listed["greet_loud"]["stale"] == "fixture.greet changed" and "stale" not in listed["plus_twice"]
+    assert listed["greet_twice"]["stale"] == "fixture.greet changed"
     assert (await call(client, "get_skill", name="greet_loud"))["stale"] == "fixture.greet changed"
     found = await call(client, "search_tools", query="greet loudly")
     hit = next(s for s in found["skills"] if s["tool"] == "skills.greet_loud")
@@ -272,6 +276,8 @@ async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_r
     assert "Greet loudly. (stale: fixture.greet changed)" in stubs["result"]
     still = await run(client, "skills.greet_loud(text='hi')")
     assert still["success"] and still["returnValue"] == "greet:HI", still
+    both = await run(client, "skills.greet_twice(text='a')", runner="local")  # a skill calling a skill
+    assert both["returnValue"] == "greet:Agreet:A", both
 
     # Another server on the same database, refusing stale skills; its fixture has no greet at all.
     strict = CodeMode(

@@ -85,11 +85,21 @@ class SkillVersion:
         return out
 
 
+RESERVED_NAMES = frozenset({"then", "constructor", "toString", "toJSON", "valueOf", "hasOwnProperty", "inspect"})
+"""Names a JavaScript object's members are probed by (``await``, printing, JSON): no skill may take one."""
+
+
 def check_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME.match(name) or keyword.iskeyword(name) or name.startswith("_"):
+    if (
+        not isinstance(name, str)
+        or not NAME.match(name)
+        or keyword.iskeyword(name)
+        or name.startswith("_")
+        or name in RESERVED_NAMES
+    ):
         raise SkillError(
             f"a skill's name must be an identifier (letters, digits, _; not starting with _ or a digit; at most 64 "
-            f"characters; not a keyword): {name!r} is not"
+            f"characters; not a keyword, nor {', '.join(sorted(RESERVED_NAMES))}): {name!r} is not"
         )
     return name
 

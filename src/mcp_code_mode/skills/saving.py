@@ -43,6 +43,11 @@ def tools_called(cm: CodeMode, code: str) -> tuple[ToolRef, ...]:
         spec = index.tool(server, tool)
         if spec is not None:
             found[(spec.server, spec.name)] = ToolRef(spec.server, spec.name, spec.info.schema_hash)
+    if cm.skills is not None:  # a skill it calls brings the tools that one calls, as they were recorded
+        for name in {m.group(2) for m in _STUB_CALL.finditer(code) if m.group(1) == "skills"}:
+            inner = cm.skills.find(name)
+            for ref in inner.tools if inner is not None else ():
+                found.setdefault((ref.server, ref.tool), ref)
     return tuple(sorted(found.values(), key=lambda t: (t.server, t.tool)))
 
 
