@@ -279,10 +279,10 @@ async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_r
     both = await run(client, "skills.greet_twice(text='a')", runner="local")  # a skill calling a skill
     assert both["returnValue"] == "greet:Agreet:A", both
 
-    # Another server on the same database, refusing stale skills; its fixture has no greet at all.
+    # Another server on the same database, refusing stale skills; its fixture (slow to start) has no greet.
     strict = CodeMode(
         make_config(
-            {"fixture": fixture_entry()},
+            {"fixture": fixture_entry(FIXTURE_START_DELAY="1")},
             workspace_dir=base / "strict-runs",
             cache_dir=base / "cache",
             pool_size=1,
@@ -290,11 +290,12 @@ async def test_a_skill_whose_tool_changes_its_schema_is_stale_everywhere_still_r
         )
     )
     async with Client(build_server(strict), mode="legacy") as other:
+        first = await run(other, "skills.plus_twice(a=1)", runner="cpython")  # its server still starting
+        assert first["success"] and first["returnValue"] == 4, first
         listed = {s["name"]: s for s in (await call(other, "list_skills"))["skills"]}
         assert listed["greet_loud"]["stale"] == "fixture.greet is gone"
         result = await run(other, "skills.greet_loud(text='hi')", runner="cpython")
         assert not result["success"] and "CODE_MODE_STALE_SKILLS=refuse" in result["error"]["message"]
-        assert (await run(other, "skills.plus_twice(a=1)", runner="cpython"))["returnValue"] == 4
 
 
 async def test_a_skill_exported_deleted_and_imported_again_is_callable_again(

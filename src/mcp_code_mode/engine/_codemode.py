@@ -199,7 +199,8 @@ class CodeMode:
         starting = self.pool.starting()
         if starting and code is not None:
             names = {spec.name: spec.namespace for spec in self._stubs.index.servers}
-            starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n))]
+            via = self.skills.servers_called(code) if self.skills is not None else set[str]()  # skills it calls
+            starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n)) or n in via]
         return starting
 
     async def _starting(self, code: str, started: float, on_progress: ProgressCallback | None) -> None:

@@ -61,6 +61,13 @@ class SkillBook:
     def find(self, name: str) -> SkillVersion | None:
         return next((s for s in self.current() if s.name == name), None)
 
+    def servers_called(self, code: str) -> set[str]:
+        """The servers whose tools the skills ``code`` calls use (a run waits for those still starting)."""
+        named = {m.group(1) for m in _CALL.finditer(code)}
+        if not named:
+            return set()
+        return {ref.server for s in self._latest() if s.name in named for ref in s.tools}
+
     # ----- what a run gets --------------------------------------------------------------------------
 
     def run_specs(self, family: str) -> tuple[Mapping[str, Any], ...]:
