@@ -294,13 +294,17 @@ class CodeMode:
     def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
         """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         self._refresh()
-        asked = [n for n in names or [] if n.strip().startswith("skills.")]  # skills.name: that skill's stub
-        tools = [n for n in names or [] if n not in asked]
+        asked = [n.strip()[len("skills.") :] for n in names or [] if n.strip().startswith("skills.")]
+        tools = [n for n in names or [] if not n.strip().startswith("skills.")]
         rendered = self._stubs.render(language, servers, tools) if tools or not asked else ""
-        if self.skills is None or servers is not None or (tools and not asked):
-            return rendered
         family = STUB_LANGUAGES.get(language.strip().lower(), "python")
-        return rendered + self.skills.declarations(family, [n.strip()[7:] for n in asked] or None)
+        if asked:  # skills.name: that skill's stub
+            if self.skills is None:
+                raise UnsupportedError("skills cannot be kept here: the cache database cannot be used")
+            return rendered + self.skills.declarations(family, asked)
+        if self.skills is None or servers is not None or names:
+            return rendered
+        return rendered + self.skills.declarations(family)  # everything: the skills too
 
     def policy_of(self, server: str, tool: str) -> str:
         """What the policy says of a tool before seeing its arguments: ``allow``, ``ask``, ``deny``, ``conditional``."""
