@@ -76,7 +76,9 @@ def test_import_refuses_path_tricks_symlinks_and_bad_names_each_with_its_reason(
     folder(
         root, "f_badschema", "name: badschema\ndescription: d", skill_py="x = 1\n", parameters_json='{"type": "array"}'
     )
+    folder(root, "g_noparse", "name: noparse\ndescription: d", skill_py="def (:\n", parameters_json="{}")
     outcome = {e.folder: e.refused for e in read_all(root)}
+    assert outcome["g_noparse"] is not None and "does not parse" in outcome["g_noparse"]
     assert outcome["a_escape"] is not None and "directly inside the skill's folder" in outcome["a_escape"]
     assert outcome["b_linked"] is not None and "symlinks are refused" in outcome["b_linked"]
     assert outcome["c_folder_link"] is not None and "symlink" in outcome["c_folder_link"]

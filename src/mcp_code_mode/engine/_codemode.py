@@ -621,8 +621,8 @@ class CodeMode:
             max_bytes=max_bytes,
         )
         findings = [*await chosen.check(request), *self.policy_findings(code)]
-        if self.skills is not None:
-            findings += self.skills.findings(code, chosen.stub_language)
+        if self.skills is not None and _SKILL_CALL.search(code):  # parsed off the event loop, as the checks are
+            findings += await anyio.to_thread.run_sync(self.skills.findings, code, chosen.stub_language)
         return {"language": lang, "runner": chosen.name, "supported": True, "valid": not findings, "findings": findings}
 
     # ----- what the server layer shows ------------------------------------------------------

@@ -81,7 +81,10 @@ class SkillBook:
                     "check it against the tools' new stubs and save it again"
                 )
             elif family == "python":
-                spec["source"], spec["entry"] = render_python(skill.code, skill.parameters)
+                try:
+                    spec["source"], spec["entry"] = render_python(skill.code, skill.parameters)
+                except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # an imported skill, say
+                    spec["refused"] = f"skills.{skill.name} cannot be defined: its code does not parse ({exc})"
             else:
                 spec["source"] = render_typescript(skill.code, skill.language, skill.parameters)
                 spec["language"] = skill.language
@@ -164,7 +167,7 @@ class SkillBook:
                     verb = "is refused" if self.refuse_stale else "still runs"
                     message = f"skills.{name} is stale: {'; '.join(skill.stale)} since it was saved ({verb})"
                     findings.append({"line": number, "column": column, "kind": "stale-skill", "message": message})
-        if family == "python":
+        if family == "python" and any(m.group(1) in known for m in _CALL.finditer(code)):
             findings += _python_arguments(code, known)
         return findings
 
@@ -173,7 +176,7 @@ def _python_arguments(code: str, known: Mapping[str, SkillVersion]) -> list[dict
     """``arguments`` findings for Python calls of known skills: an unknown keyword, a required one missing."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # the runner's check reports it
     findings: list[dict[str, Any]] = []
     for node in ast.walk(tree):

@@ -9,6 +9,7 @@ symlink, or a ``SKILL.md`` that names a file outside its folder, refuses that sk
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -114,11 +115,16 @@ def read_folder(folder: Path) -> SkillVersion:
     else:
         try:
             schema = infer(language, code)
-        except SyntaxError as exc:
-            raise SkillError(f"{code_file} does not parse: line {exc.lineno}: {exc.msg}") from None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            raise SkillError(f"{code_file} does not parse: {exc}") from None
         if schema is None:
             raise SkillError("no parameters.json, and the code's parameters cannot be read")
     parameters = check_parameters(schema, language)
+    if language == "python":
+        try:
+            ast.parse(code, code_file)  # parsed, never run
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            raise SkillError(f"{code_file} does not parse: {exc}") from None
     tools: list[ToolRef] = []
     for entry in (meta.get("tools") or "").split(","):
         match = re.fullmatch(r"\s*([^.@\s]+)\.([^@\s]+)@(\w*)\s*", entry)

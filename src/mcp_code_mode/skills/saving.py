@@ -91,9 +91,11 @@ async def save_skill(
     if len(description) > MAX_DESCRIPTION_CHARS:
         raise SkillError(f"a skill's description is at most {MAX_DESCRIPTION_CHARS} characters")
     try:
-        inferred = infer(lang, code)
+        inferred = infer(lang, code)  # Python code is parsed here (never run)
     except SyntaxError as exc:
         raise SkillError(f"the code does not parse: line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise SkillError(f"the code does not parse: {type(exc).__name__}") from None
     schema = check_parameters(parameters if parameters is not None else inferred or OPEN_SCHEMA, lang)
     if lang == "python" and parameters is not None and (func := python_function(code)) is not None:
         names = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]}
