@@ -107,8 +107,10 @@ async def save_skill(
     rendered = render_python(code, schema)[0] if lang == "python" else render_typescript(code, lang, schema)
     if from_hash is None:  # new code is checked first, as validate_code checks a script
         checked = await cm.validate(lang, rendered)
-        # Imports are left to the calling run: each runner allows its own, and enforces them when the skill runs.
-        findings = [f for f in checked.get("findings", []) if f.get("kind") not in ("stale-skill", "import")]
+        # Imports and constructs one interpreter lacks are left to the calling run: each runner allows its own,
+        # and enforces them when the skill runs (``local`` refuses them there, as in a script).
+        left = ("stale-skill", "import", "unsupported")
+        findings = [f for f in checked.get("findings", []) if f.get("kind") not in left]
         if findings:
             listed = "; ".join(f"line {f.get('line')}: {f.get('message')}" for f in findings[:10])
             raise SkillError(f"the code does not validate ({checked.get('runner')}): {listed}")
