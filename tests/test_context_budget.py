@@ -39,6 +39,10 @@ FULL_TOOLS = {
     "list_cached_scripts",
     "get_cached_script",
     "get_cache_stats",
+    "save_skill",
+    "list_skills",
+    "get_skill",
+    "delete_skill",
 }
 SESSION_TOOLS = {"list_sessions", "close_session"}
 """Listed to a client while it has a session (``CodeModeServer.show_when``)."""

@@ -13,6 +13,7 @@ import anyio
 from . import __version__
 from ._audit_cli import add_audit_parser, run_audit_command
 from ._cache_cli import add_cache_parser, run_cache_command
+from ._skills_cli import add_skills_parser, run_skills_command
 from .cache import CACHE_MODES
 from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
@@ -101,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_cache_parser(sub)
     add_audit_parser(sub)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, help=CONFIG_HELP)
+    add_skills_parser(sub, common)
     return parser
 
 
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _setup_logging("CRITICAL")
         return report(anyio.run(diagnose, args.config), sys.stdout)
-    if args.command in ("cache", "audit"):
+    if args.command in ("cache", "audit", "skills"):
         return _cache(args)
     try:
         config = CodeModeConfig.load(args.config)
@@ -163,6 +167,8 @@ def _cache(args: argparse.Namespace) -> int:
         return 2
     _setup_logging("WARNING")
     try:
+        if args.command == "skills":
+            return run_skills_command(settings, args)
         return (run_audit_command if args.command == "audit" else run_cache_command)(settings, args)
     except CodeModeError as exc:
         print(f"mcp-code-mode: {exc}", file=sys.stderr)

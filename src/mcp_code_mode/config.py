@@ -140,6 +140,9 @@ class Settings(BaseModel):
     """Seconds a plan (``execute_code`` with ``mode="plan"``) can be approved for."""
     audit_days: float = Field(default=30.0, gt=0)
     """Days the audit log keeps each tool call."""
+    stale_skills: Literal["run", "refuse"] = "run"
+    """A skill whose tools changed since it was saved still runs (``run``, listed as stale) or is refused
+    when called (``refuse``)."""
     audit_tool: bool = False
     """Offer the ``get_audit_log`` tool (operators decide whether a model may read the audit log)."""
     pii: Literal["tokenize", "off"] = "off"

@@ -28,6 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
+from ._skill_tools import register_skill_tools
 from ._tasks import TaskBook, capability, install
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
@@ -522,6 +523,7 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     register_discovery_tools(server, engine)
     register_session_tools(server, engine)
+    register_skill_tools(server, engine, client_of, tool_errors)
 
 
 def register_session_tools(server: CodeModeServer, engine: CodeMode) -> None:

@@ -145,6 +145,24 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (client, kind)
     );
     """,
+    # 6: skills (``mcp_code_mode.skills``): one row per saved version of a skill, the latest (highest
+    # ``version``) being the one runs call. ``parameters``: its JSON Schema; ``tools``: the tools it calls with
+    # the schema hash each had when it was saved (JSON); ``author``: the client that saved it.
+    """
+    CREATE TABLE skills (
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        language TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        code TEXT NOT NULL,
+        parameters TEXT NOT NULL DEFAULT '{}',
+        tools TEXT NOT NULL DEFAULT '[]',
+        author TEXT NOT NULL DEFAULT '',
+        source_hash TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (name, version)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,6 +8,7 @@ a server, files left, connections through the egress proxy), never from what a r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ class CacheStage:
             runner_identity=runner_identity(plan.runner),
             network=plan.network,
             packages=plan.requirements,
-            stubs=stubs_digest(bundle.source),
+            stubs=stubs_digest(bundle.source + (_skills_part(bundle) if bundle.skills else "")),
             egress=plan.grant.policy.fingerprint() if plan.grant is not None else None,
         )
         return Keyed(plan, code_key(plan.code, context))
@@ -134,6 +135,11 @@ def replayed(script: StoredScript, started: float) -> RunResult:
         truncated=script.truncated,
         files=[FileEntry(str(f["path"]), int(f["size"])) for f in script.files],
     )
+
+
+def _skills_part(bundle: StubBundle) -> str:
+    """The skills a run may call are part of what it depends on: a changed skill is another key."""
+    return json.dumps(list(bundle.skills), sort_keys=True, default=str)
 
 
 __all__ = ["CacheStage", "Keyed", "replayed"]

@@ -42,6 +42,7 @@ from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
 from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import detect_sandbox
+from ..skills import SkillBook, SkillStore
 from ..stubs import StubIndex
 from ..validate import oversize
 from ._caching import CacheStage, Keyed, replayed
@@ -52,7 +53,7 @@ from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, plan_run, resolve, validate_packages
 from ._runners import RunnerHosts, eager_names
 from ._sessions import Session, SessionBook
-from ._stubs import StubBook
+from ._stubs import STUB_LANGUAGES, StubBook
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ class CodeMode:
         self.audit: AuditLog | None = None
         """The audit log and the plans, in the cache database (None when it cannot be opened)."""
         self._audit_writer: AuditWriter | None = None
+        self.skills: SkillBook | None = None
+        """The saved skills, in the cache database (None when it cannot be opened)."""
         self._pruned_at = time.monotonic()
         self.tool_search = ToolSearch(self.embedder)
         self.privacy = build_privacy(config)
@@ -152,6 +155,7 @@ class CodeMode:
         connections and the eager runners. It returns without waiting for either (``ready`` waits)."""
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
+        await anyio.to_thread.run_sync(self._open_skills)
         if self.settings.pii_vault == "database":
             await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
         stack = contextlib.AsyncExitStack()
@@ -211,7 +215,8 @@ class CodeMode:
         starting = self.pool.starting()
         if starting and code is not None:
             names = {spec.name: spec.namespace for spec in self._stubs.index.servers}
-            starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n))]
+            via = self.skills.servers_called(code) if self.skills is not None else set[str]()  # skills it calls
+            starting = [n for n in starting if _names_word(code, n) or _names_word(code, names.get(n, n)) or n in via]
         return starting
 
     async def _starting(self, code: str, started: float, on_progress: ProgressCallback | None) -> None:
@@ -245,6 +250,8 @@ class CodeMode:
             self.audit.close()
         self.tool_search.close()
         self.privacy.vault.close()
+        if self.skills is not None:
+            self.skills.store.close()
 
     def _open_audit(self) -> None:
         try:
@@ -256,6 +263,23 @@ class CodeMode:
                 "the audit log is off (and plans cannot be kept): %s cannot be used: %s", self.scripts.path, exc
             )
             self.audit = None
+
+    def _open_skills(self) -> None:
+        try:
+            store = SkillStore(self.scripts.path)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("skills are off: %s cannot be used: %s", self.scripts.path, exc)
+            return
+        self.skills = SkillBook(store, self._live_schema_hash, refuse_stale=self.settings.stale_skills == "refuse")
+
+    def _live_schema_hash(self, server: str, tool: str) -> str | None:
+        """A tool's schema hash now; None when its server is up without it (or is no longer configured); ""
+        when that cannot be told (its server is starting, failed or disabled): a skill is not stale for that."""
+        info = self.pool.find(server, tool)
+        if info is not None:
+            return info.schema_hash
+        entry = self.pool.servers.get(server)
+        return None if entry is None or entry.state == "ready" else ""
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -278,14 +302,25 @@ class CodeMode:
             runner.set_stubs(self._stubs.bundle(runner.stub_language))
 
     def bundle(self, stub_language: str) -> StubBundle:
-        """The full stub module for one stub language at the current version."""
+        """The full stub module for one stub language at the current version, with the skills its runs may call."""
         self._refresh()
-        return self._stubs.bundle(stub_language)
+        bundle = self._stubs.bundle(stub_language)
+        return bundle if self.skills is None else self.skills.extend(bundle, stub_language)
 
     def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
         """The stubs (all servers, the named servers, or the named tools) exactly as the sandbox defines them."""
         self._refresh()
-        return self._stubs.render(language, servers, names)
+        asked = [n.strip()[len("skills.") :] for n in names or [] if n.strip().startswith("skills.")]
+        tools = [n for n in names or [] if not n.strip().startswith("skills.")]
+        rendered = self._stubs.render(language, servers, tools) if tools or not asked else ""
+        family = STUB_LANGUAGES.get(language.strip().lower(), "python")
+        if asked:  # skills.name: that skill's stub
+            if self.skills is None:
+                raise UnsupportedError("skills cannot be kept here: the cache database cannot be used")
+            return rendered + self.skills.declarations(family, asked)
+        if self.skills is None or servers is not None or names:
+            return rendered
+        return rendered + self.skills.declarations(family)  # everything: the skills too
 
     def policy_of(self, server: str, tool: str) -> str:
         """What the policy says of a tool before seeing its arguments: ``allow``, ``ask``, ``deny``, ``conditional``."""
@@ -297,7 +332,10 @@ class CodeMode:
         from ..discovery import select_tools
 
         index = self.index
+        if names and all(n.strip().startswith("skills.") for n in names):
+            return ""  # skills, whose tools' policy applies when they call them
         if names:
+            names = [n for n in names if not n.strip().startswith("skills.")]
             chosen = [t for tools in select_tools(index, names).values() for t in tools]
         else:
             chosen = [t for srv in index.servers if not servers or srv.name in servers for t in srv.tools]
@@ -413,6 +451,10 @@ class CodeMode:
             egress=self.egress,
         )
         chosen = plan.runner
+        if not chosen.info.runs_skills and _SKILL_CALL.search(code):
+            raise UnsupportedError(
+                f"the {chosen.name} runner cannot call skills (skills.name(...)): choose another Python runner"
+            )
         if session is not None:
             self._check_session(held, chosen, client)
             plan = dataclasses.replace(plan, mode="off")  # never replayed, never stored for replay
@@ -680,6 +722,8 @@ class CodeMode:
             max_bytes=max_bytes,
         )
         findings = [*await chosen.check(request), *self.policy_findings(code)]
+        if self.skills is not None and _SKILL_CALL.search(code):  # parsed off the event loop, as the checks are
+            findings += await anyio.to_thread.run_sync(self.skills.findings, code, chosen.stub_language)
         return {"language": lang, "runner": chosen.name, "supported": True, "valid": not findings, "findings": findings}
 
     # ----- what the server layer shows ------------------------------------------------------
@@ -732,6 +776,10 @@ class CodeMode:
         self, query: str, *, server: str | None = None, detail: str = "summary", limit: int = 10
     ) -> dict[str, Any]:
         found = self.tool_search.search(self.index, self.pool.version, query, server=server, detail=detail, limit=limit)
+        if self.skills is not None and server is None:
+            hits = self.skills.search(query, limit)
+            if hits:
+                found["skills"] = hits  # each "kind": "skill", "stale" when a tool it calls changed
         for tool in found.get("tools", []):
             spec = self.index.tool(*str(tool["tool"]).split(".", 1))
             decision = self.policy_of(spec.server, spec.name) if spec is not None else "allow"
@@ -804,6 +852,10 @@ _STUB_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*\(")
 """``namespace.tool(`` as a script calls a stub."""
 _NAMED_CALL = re.compile(r"\b(call_tool|callTool)\s*\(\s*[\"']([^\"']+)[\"']\s*,\s*[\"']([^\"']+)[\"']")
 """``call_tool("server", "tool", ...)`` with literal names."""
+
+
+_SKILL_CALL = re.compile(r"(?<![\w.])skills\s*\.\s*[A-Za-z_]")
+"""``skills.name`` as a script calls a skill."""
 
 
 def _names_word(code: str, word: str) -> bool:

@@ -125,6 +125,8 @@ def python_run_message(request: RunRequest, worker: Worker) -> dict[str, Any]:
     }
     if not worker.zygote and worker.stubs_version != request.stubs.version:
         message["stubs"] = request.stubs.source
+    if request.stubs.skills:
+        message["skills"] = [dict(s) for s in request.stubs.skills]
     return message
 
 

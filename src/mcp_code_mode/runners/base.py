@@ -42,6 +42,9 @@ class StubBundle:
     """Namespace → function names, for runners that define the stubs from names (``deno``)."""
     unavailable: Mapping[str, str] = field(default_factory=dict[str, str])
     """Namespace → why its server is down: calling any of its tools says so."""
+    skills: tuple[Mapping[str, Any], ...] = ()
+    """The skills a run of this stub language may call (``skills.SkillBook.run_specs``), sent with each run and
+    defined in the run's own interpreter, never in a zygote."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class RunnerInfo:
     sessions: bool = False
     """Whether its built runner opens sessions (``SessionRunner.open_session``): runs in one interpreter whose
     globals, imports and workspace persist from run to run."""
+    runs_skills: bool = True
+    """Its runs can call saved skills (``skills.name(...)``), defined in the run's interpreter."""
 
 
 @dataclass(frozen=True)

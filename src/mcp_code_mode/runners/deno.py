@@ -165,6 +165,7 @@ class DenoDialect:
             "allow_network": request.network is not None,
             "functions": {ns: list(names) for ns, names in request.stubs.functions.items()},
             "unavailable": dict(request.stubs.unavailable),
+            "skills": [dict(s) for s in request.stubs.skills],
         }
 
     @property

@@ -50,6 +50,7 @@ import {
   ProgressReports,
   progressReport,
   type RunMessage,
+  type SkillSpec,
   RUNTIME_URL,
   ToolChannel,
   ToolError,
@@ -252,6 +253,78 @@ function defineTools(functions: Record<string, string[]>): void {
   define(globalThis, "report_progress", reportProgress);
 }
 
+// ----- skills: saved functions the host sends with the run, imported on first call --------------------
+
+const JSON_CHECKS: Record<string, (v: unknown) => boolean> = {
+  string: (v) => typeof v === "string",
+  integer: (v) => Number.isInteger(v),
+  number: (v) => typeof v === "number",
+  boolean: (v) => typeof v === "boolean",
+  array: (v) => Array.isArray(v),
+  object: (v) => isJsonObject(v),
+  null: (v) => v === null,
+};
+
+/** A skill's arguments checked against its parameters schema: a TypeError naming the parameter otherwise. */
+function skillArguments(name: string, schema: { [key: string]: Json }, args: unknown): { [key: string]: Json } {
+  if (args === undefined || args === null) args = {};
+  if (!isJsonObject(args)) throw new TypeError(`skills.${name}() takes one object of arguments, e.g. { path: "." }`);
+  const props = isJsonObject(schema.properties) ? schema.properties : {};
+  const names = Object.keys(props);
+  if (schema.additionalProperties !== true) {
+    const unknown = Object.keys(args).find((k) => !Object.hasOwn(props, k));
+    if (unknown !== undefined) {
+      throw new TypeError(`skills.${name}() has no parameter '${unknown}' (parameters: ${names.join(", ") || "none"})`);
+    }
+  }
+  const required = Array.isArray(schema.required) ? schema.required : [];
+  const missing = required.find((r) => typeof r === "string" && !Object.hasOwn(args as object, r));
+  if (missing !== undefined) throw new TypeError(`skills.${name}() is missing the required parameter '${missing}'`);
+  for (const [key, value] of Object.entries(args)) {
+    const sub = props[key];
+    const kind = isJsonObject(sub) ? sub.type : undefined;
+    const kinds = (Array.isArray(kind) ? kind : [kind]).filter((k): k is string => typeof k === "string" && k in JSON_CHECKS);
+    if (kinds.length && !kinds.some((k) => JSON_CHECKS[k](value))) {
+      throw new TypeError(`skills.${name}(): parameter '${key}' must be ${kinds.join(" or ")}, not ${typeof value}`);
+    }
+  }
+  return args;
+}
+
+/** `skills` in a JS/TS run: each skill's module (its default export is the function) is imported on its first
+ * call, in this realm, so its tool calls are this run's own. A skill the host refused throws its reason. */
+function defineSkills(skills: SkillSpec[]): void {
+  const object: Record<string, unknown> = {};
+  for (const skill of skills) {
+    let loaded: Promise<{ default?: unknown }> | undefined;
+    const call = async (args?: unknown): Promise<unknown> => {
+      if (skill.refused !== null) throw new ToolError(skill.refused, null, null);
+      const checked = skillArguments(skill.name, skill.schema, args);
+      loaded ??= import(`data:application/${skill.language};base64,${encodeBase64(skill.source ?? "")}`);
+      const module = await loaded;
+      if (typeof module.default !== "function") throw new TypeError(`skills.${skill.name}: its code exports no function`);
+      return await (module.default as (a: unknown) => unknown)(checked);
+    };
+    define(object, skill.name, { [skill.name]: call }[skill.name]);
+  }
+  Object.freeze(object);
+  const listed = skills.length ? skills.map((s) => s.name).join(", ") : "none";
+  define(
+    globalThis,
+    "skills",
+    new Proxy(object, {
+      get(target, key, receiver) {
+        if (probed(key, target)) return Reflect.get(target, key, receiver);
+        const name = String(key);
+        return {
+          [name]: (): Promise<never> =>
+            Promise.reject(new TypeError(`no skill '${name}' (skills: ${listed}; save one with save_skill)`)),
+        }[name];
+      },
+    }),
+  );
+}
+
 // ----- require() for Node.js built-ins and the run's npm packages ---------------------------------
 
 /** What Node's require() returns for a module that Deno imported as ESM. */
@@ -427,6 +500,7 @@ async function run(message: RunMessage): Promise<void> {
   output.reset(message.max_output);
   unavailable = message.unavailable;
   defineTools(message.functions);
+  defineSkills(message.skills);
   const loaded = new Map<string, Record<string, unknown>>();
   phase = "running";
   try {
@@ -523,6 +597,7 @@ async function runInSession(message: RunMessage, first: boolean): Promise<void> 
   output.reset(message.max_output);
   unavailable = message.unavailable;
   defineTools(message.functions);
+  defineSkills(message.skills);
   phase = "running";
   try {
     for (const { name, specifier } of message.packages) {

@@ -98,6 +98,7 @@ INFO = RunnerInfo(
     keeps_off_network=True,
     settings=("monty_pool_size", "limit_memory_mb", "limit_cpu_seconds"),
     awaitable_stubs=PYTHON_AWAITABLE_RULE,
+    runs_skills=False,
 )
 
 

@@ -62,9 +62,11 @@ from cm_runtime import (
     ProgressReports,
     ToolCalls,
     ToolError,
+    define_compiled,
     final_answer,
     jsonable,
     list_files,
+    skill_namespace,
     syntax_error,
     tool_arguments,
     tool_result,
@@ -364,7 +366,9 @@ _session_globals: dict[str, Any] = {}
 """A session's globals, kept from run to run (``run(..., keep=True)``)."""
 
 
-def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, keep: bool = False) -> str:
+def run(
+    code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, keep: bool = False, skills: Any = None
+) -> str:
     """Run one script in this interpreter; the ``done`` fields as JSON.
 
     A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
@@ -393,6 +397,11 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, k
     for name in _loads(namespaces_json):
         if name in _stubs:
             namespace[name] = _stubs[name]
+    if skills:  # each defined in this interpreter on its first call (cm_runtime.skill_namespace)
+        base: dict[str, Any] = {k: namespace[k] for k in ("__name__", "__builtins__", "ToolError", "call_tool")}
+        base.update({k: namespace[k] for k in ("final_answer", "parallel", "report_progress")})
+        base.update({name: _stubs[name] for name in _loads(namespaces_json) if name in _stubs})
+        namespace["skills"] = base["skills"] = skill_namespace(skills, lambda spec: define_compiled(spec, base))
     done: dict[str, Any]
     value: Any = None
     cut = False
@@ -540,7 +549,8 @@ def _run_message(message: dict[str, Any]) -> str:
     cap = message.get("max_output")
     cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
     keep = message.get("session") is True
-    return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap, keep)
+    namespaces = _dumps(message.get("namespaces") or [])
+    return run(str(message.get("code") or ""), namespaces, cap, keep, message.get("skills"))
 
 
 def session_run(line: str) -> str:

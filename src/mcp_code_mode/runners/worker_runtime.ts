@@ -419,6 +419,31 @@ export interface RunMessage {
   session: boolean;
   /** the run's number in its session, echoed in its `done` (null outside a session) */
   run: number | null;
+  /** the skills the run may call: each a module's source (its default export), or the host's refusal */
+  skills: SkillSpec[];
+}
+
+/** A saved skill as a run message carries it (`skills.SkillBook.run_specs` on the host). */
+export interface SkillSpec {
+  name: string;
+  schema: { [key: string]: Json };
+  source: string | null;
+  language: string;
+  refused: string | null;
+}
+
+function skillSpec(value: unknown, where: string): SkillSpec {
+  if (!isJsonObject(value) || typeof value.name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(value.name)) {
+    throw new TypeError(`${where}: not a skill with an identifier for a name`);
+  }
+  const schema = value.schema ?? {};
+  if (!isJsonObject(schema)) throw new TypeError(`${where}: schema is not an object`);
+  const source = value.source ?? null;
+  const refused = value.refused ?? null;
+  if (source !== null && typeof source !== "string") throw new TypeError(`${where}: source is not a string`);
+  if (refused !== null && typeof refused !== "string") throw new TypeError(`${where}: refused is not a string`);
+  const language = value.language === "typescript" ? "typescript" : "javascript";
+  return { name: value.name, schema, source, language, refused };
 }
 
 function stringList(value: unknown, field: string): string[] {
@@ -465,6 +490,8 @@ export function parseRunMessage(message: Message): RunMessage {
   if (typeof session !== "boolean") throw new TypeError("session: not a boolean");
   const run = message.run ?? null;
   if (run !== null && (typeof run !== "number" || !Number.isSafeInteger(run))) throw new TypeError("run: not an integer");
+  const skills = message.skills ?? [];
+  if (!isArray(skills)) throw new TypeError("skills: not a list");
   return {
     op: "run",
     code,
@@ -477,5 +504,6 @@ export function parseRunMessage(message: Message): RunMessage {
     pyodide_packages: pyodidePackages,
     session,
     run,
+    skills: skills.map((s, i) => skillSpec(s, `skills[${i}]`)),
   };
 }

@@ -9,7 +9,18 @@ from collections.abc import Iterable
 
 # Names the sandbox defines itself; a server or tool may not shadow them.
 SANDBOX_RESERVED = frozenset(
-    {"call_tool", "ToolError", "final_answer", "parallel", "report_progress", "print", "open", "servers", "tools"}
+    {
+        "call_tool",
+        "ToolError",
+        "final_answer",
+        "parallel",
+        "report_progress",
+        "print",
+        "open",
+        "servers",
+        "tools",
+        "skills",
+    }
 )
 # JavaScript reserved words, and globals a namespace must not shadow (namespaces are globals under Deno).
 JS_RESERVED = frozenset(

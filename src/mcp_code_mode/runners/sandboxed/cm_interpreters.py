@@ -36,6 +36,7 @@ from cm_protocol import (
     syntax_error,
     tool_arguments,
 )
+from cm_runtime import define_compiled, skill_namespace
 
 SCRIPT_FILENAME = "<script>"
 
@@ -151,9 +152,10 @@ def run_local(
     workspace: str,
     imports: list[str],
     kept: dict[str, Any] | None = None,
+    skills: Any = None,
 ) -> dict[str, Any]:
     """Run ``code`` in smolagents' interpreter; ``kept`` (a session's) holds its state and the functions and
-    classes it defined from one run to the next."""
+    classes it defined from one run to the next; ``skills`` are the saved skills it may call."""
     from smolagents import local_python_executor as lpe
 
     harden_interpreter()  # done in the zygote already (import_interpreter); here in case a caller skipped it
@@ -180,6 +182,8 @@ def run_local(
         "ToolError": ToolError,
         **tools,
     }
+    if skills:
+        static_tools["skills"] = skill_namespace(skills, _local_skill(static_tools, output, imports))
     state: dict[str, Any] = (
         {"__name__": "__main__"} if kept is None else kept.setdefault("state", {"__name__": "__main__"})
     )
@@ -201,8 +205,41 @@ def run_local(
         return {"success": False, "error": error_info(exc, line, f"line {line}: {source}" if source else None)}
 
 
-def run_cpython(code: str, tools: dict[str, Any], output: Output, kept: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run ``code`` as ``__main__``; ``kept`` (a session's) is its globals from one run to the next."""
+def _local_skill(static_tools: dict[str, Any], output: Output, imports: list[str]) -> Any:
+    """How a skill is defined under ``local``: its code evaluated by the same AST interpreter, with the same
+    tools, import allow-list and refusals as the script (never compiled as plain Python), in its own state."""
+    from smolagents import local_python_executor as lpe
+
+    def define(spec: dict[str, Any]) -> Any:
+        source = str(spec.get("source") or "")
+        name = spec["name"]
+        findings = unsupported(source)
+        if findings:
+            raise ToolError(f"skills.{name} cannot run here: {refusal(source, findings)['message']}")
+        state: dict[str, Any] = {
+            "__name__": f"skill_{name}",
+            "_print_outputs": output,
+            "_operations_count": {"counter": 0},
+        }
+        custom: dict[str, Any] = {}
+        entry = str(spec.get("entry") or name)
+        function: Any = None
+        for node in ast.parse(source).body:
+            value = lpe.evaluate_ast(node, state, static_tools, custom, imports)
+            if isinstance(node, ast.FunctionDef) and node.name == entry:
+                function = value
+        if not callable(function):
+            raise ToolError(f"skills.{name}: its code defines no function {spec.get('entry')!r}")
+        return function
+
+    return define
+
+
+def run_cpython(
+    code: str, tools: dict[str, Any], output: Output, kept: dict[str, Any] | None = None, skills: Any = None
+) -> dict[str, Any]:
+    """Run ``code`` as ``__main__``; ``kept`` (a session's) is its globals from one run to the next; ``skills`` are
+    the saved skills it may call."""
     import asyncio
     import inspect
 
@@ -229,6 +266,10 @@ def run_cpython(code: str, tools: dict[str, Any], output: Output, kept: dict[str
     namespace: dict[str, Any] = {} if kept is None else kept
     namespace.update(__name__="__main__", __builtins__=builtins, **tools)
     namespace.update(ToolError=ToolError, final_answer=final_answer)
+    if skills:  # a skill sees the stubs and the other skills, not the script's variables (nor a session's)
+        base: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, **tools}
+        base.update(ToolError=ToolError, final_answer=final_answer)
+        namespace["skills"] = base["skills"] = skill_namespace(skills, lambda spec: define_compiled(spec, base))
     sys.stdout = sys.stderr = output  # type: ignore[assignment]
     try:
         body = eval(compiled, namespace)

@@ -515,3 +515,112 @@ def _defaults(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.ClassDef):
         found.extend([*node.bases, *(k.value for k in node.keywords)])
     return found
+
+
+# ----- skills ----------------------------------------------------------------------------------------------
+
+_JSON_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list | tuple),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def skill_arguments(name: str, schema: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A skill's call checked against its parameters schema: positional arguments in the schema's order, every
+    required one given, no unknown one (unless the schema allows more), each of its type; a ``TypeError``
+    naming the parameter otherwise."""
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    order = list(props)
+    if len(args) > len(order):
+        raise TypeError(f"skills.{name}() takes {len(order)} positional arguments but {len(args)} were given")
+    bound = dict(zip(order, args, strict=False))
+    for key, value in kwargs.items():
+        if key in bound:
+            raise TypeError(f"skills.{name}() got parameter {key!r} twice")
+        bound[key] = value
+    if schema.get("additionalProperties") is not True:
+        unknown = [k for k in bound if k not in props]
+        if unknown:
+            raise TypeError(
+                f"skills.{name}() has no parameter {unknown[0]!r} (parameters: {', '.join(order) or 'none'})"
+            )
+    required = schema.get("required")
+    missing = [r for r in (required if isinstance(required, list) else []) if r not in bound]
+    if missing:
+        raise TypeError(f"skills.{name}() is missing the required parameter {missing[0]!r}")
+    for key, value in bound.items():
+        sub = props.get(key)
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        kinds = [k for k in (kind if isinstance(kind, list) else [kind]) if k in _JSON_CHECKS]
+        if kinds and not any(_JSON_CHECKS[k](value) for k in kinds):
+            raise TypeError(
+                f"skills.{name}(): parameter {key!r} must be {' or '.join(kinds)}, not {type(value).__name__}"
+            )
+    return bound
+
+
+class SkillNamespace(type):
+    """The type of ``skills`` in a Python run: a class (as the stub namespaces are, so the ``local`` interpreter
+    hands it over as it is) with one static method per skill the host sent; any other name says which exist."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = ", ".join(sorted(k for k in vars(cls) if not k.startswith("_"))) or "none"
+        raise AttributeError(f"no skill {name!r} (skills: {known}; save one with save_skill)")
+
+    def __repr__(cls) -> str:
+        return f"<skills: {', '.join(sorted(k for k in vars(cls) if not k.startswith('_'))) or 'none'}>"
+
+
+def skill_namespace(specs: Any, define: Callable[[dict[str, Any]], Callable[..., Any]]) -> type:
+    """The ``skills`` namespace of a run from the run message's ``skills``. ``define`` makes a skill's function
+    from its spec in the run's own interpreter (real Python under cpython and pyodide, the AST interpreter
+    under local); each is defined on its first call. A spec the host ``refused`` (a stale skill under
+    ``CODE_MODE_STALE_SKILLS=refuse``) raises its reason when called."""
+    members: dict[str, Any] = {"__doc__": "Saved skills: skills.name(...) runs the skill in this run."}
+    for spec in specs if isinstance(specs, list) else []:
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str) and spec["name"].isidentifier():
+            members[spec["name"]] = staticmethod(_skill_function(spec, define))
+    return SkillNamespace("skills", (), members)
+
+
+def _skill_function(spec: dict[str, Any], define: Callable[[dict[str, Any]], Callable[..., Any]]) -> Callable[..., Any]:
+    name: str = spec["name"]
+    given = spec.get("schema")
+    schema: dict[str, Any] = given if isinstance(given, dict) else {}
+    refused = spec.get("refused")
+    defined: list[Callable[..., Any]] = []
+
+    def skill(*args: Any, **kwargs: Any) -> Any:
+        if isinstance(refused, str):
+            raise ToolError(refused)
+        arguments = skill_arguments(name, schema, args, kwargs)
+        try:
+            if not defined:
+                defined.append(define(spec))
+            return defined[0](**arguments)
+        except Exception as exc:
+            if getattr(exc, "_cm_line", None) is not None:  # a line of the skill's code, not of the script
+                exc._cm_line = None  # type: ignore[attr-defined]  # the script's calling line is reported
+            raise
+
+    skill.__name__ = skill.__qualname__ = name
+    return skill
+
+
+def define_compiled(spec: dict[str, Any], globals_: dict[str, Any]) -> Callable[..., Any]:
+    """A skill's function compiled as real Python (cpython, pyodide) in a copy of the run's globals (the stubs,
+    ``call_tool``, ``skills``), its frames named ``<skill NAME>``."""
+    namespace = {**globals_, "__name__": f"skill_{spec['name']}"}
+    exec(compile(str(spec.get("source") or ""), f"<skill {spec['name']}>", "exec"), namespace)
+    function = namespace.get(str(spec.get("entry") or spec["name"]))
+    if not callable(function):
+        raise TypeError(f"skills.{spec['name']}: its code defines no function {spec.get('entry')!r}")
+    return function

@@ -138,10 +138,12 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         tools["call_tool"] = call_tool
         tools["parallel"] = parallel
         tools["report_progress"] = report_progress
+        skills = message.get("skills")
         if kind == "cpython":
-            result = run_cpython(message["code"], tools, output, kept)
+            result = run_cpython(message["code"], tools, output, kept, skills)
         else:
-            result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])), kept)
+            imports = list(message.get("imports", []))
+            result = run_local(message["code"], tools, output, workspace, imports, kept, skills)
         result["returnValue"], cut = jsonable(result.pop("value", None), cap)
         result["files"] = list_files(workspace)
         result["dropped"] = output.dropped + (1 if cut else 0)
