@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ..errors import ProtocolError
-from .messages import Call, Output, parse_run_message
+from .messages import Call, FilePart, Image, Output, parse_run_message
 from .outcome import ErrorDetail, RunResult
 
 
@@ -50,6 +50,19 @@ class CallHandler(Protocol):
     way to the run, and with ``everything=True`` once the run is over, before ``serve_run`` returns."""
 
     async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]: ...
+
+
+class FileSink(Protocol):
+    """Where a run's ``file`` and ``image`` messages go (``artifacts.RunFiles``): it counts what arrives and
+    keeps only what its caps allow; it never raises for what the run sent."""
+
+    def caps(self) -> dict[str, int]:
+        """What the run message tells the sandbox (``artifacts``), so that it sends nothing over a cap."""
+        ...
+
+    def write(self, path: str, data: bytes, end: bool) -> None: ...
+
+    def show(self, data: bytes, mime_type: str) -> None: ...
 
 
 Ended = Literal["done", "closed", "timeout", "refused"]
@@ -108,9 +121,11 @@ async def serve_run(
     on_output: Callable[[str], Awaitable[None]] | None = None,
     max_calls: int = 1024,
     clock: RunClock | None = None,
+    files: FileSink | None = None,
 ) -> HostRun:
     """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus
-    the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once."""
+    the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once. A run's files and
+    shown images go to ``files`` (ignored without one)."""
     output: list[str] = []
     kept = 0
     started = time.perf_counter()
@@ -162,6 +177,12 @@ async def serve_run(
                         output.append(data)
                         if data and on_output is not None:
                             await on_output(data)
+                    elif isinstance(message, FilePart):
+                        if files is not None:
+                            files.write(message.path, message.data, message.end)
+                    elif isinstance(message, Image):
+                        if files is not None:
+                            files.show(message.data, message.mime_type)
                     elif isinstance(message, Call):
                         if last_id is not None and message.id <= last_id:
                             raise ProtocolError(

@@ -10,6 +10,7 @@ progress and the runner), the result. The façade holds the parts; callers use i
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import logging
@@ -25,8 +26,10 @@ from typing import Any
 import anyio
 
 from ..admission import Admission
-from ..bridge import CallEntry, ErrorDetail, PlanResult, RunClock, RunResult, ToolDispatcher
+from ..artifacts import IMAGE_TYPES, ArtifactLimits, ArtifactStore, RunFiles, Staged, image_type
+from ..bridge import CallEntry, ErrorDetail, FileEntry, PlanResult, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
+from ..bridge.outcome import ShownImage
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
@@ -130,6 +133,9 @@ class CodeMode:
         self.tool_search = ToolSearch(self.embedder)
         self.privacy = build_privacy(config)
         """Secrets and personal data on the way to the model, tokens on the way to the tools (``privacy``)."""
+        self.artifact_limits = ArtifactLimits.from_settings(settings)
+        self.artifacts: ArtifactStore | None = None
+        """Files runs left, kept for ``CODE_MODE_ARTIFACT_TTL_S`` (None when they cannot be kept here)."""
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -145,6 +151,7 @@ class CodeMode:
         connections and the eager runners. It returns without waiting for either (``ready`` waits)."""
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
+        await anyio.to_thread.run_sync(self._open_artifacts)
         if self.settings.pii_vault == "database":
             await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
         stack = contextlib.AsyncExitStack()
@@ -223,6 +230,8 @@ class CodeMode:
 
     def _close_stores(self) -> None:
         self.scripts.close()
+        if self.artifacts is not None:
+            self.artifacts.close()
         if self._audit_writer is not None:
             self._audit_writer.close()
         if self.audit is not None:
@@ -240,6 +249,31 @@ class CodeMode:
                 "the audit log is off (and plans cannot be kept): %s cannot be used: %s", self.scripts.path, exc
             )
             self.audit = None
+
+    def _keep_files(self, client: str, result: RunResult, pairs: list[tuple[FileEntry, Staged | None]]) -> None:
+        """Keep a run's staged files as its artifacts (links in its entries), and inline the small images."""
+        assert self.artifacts is not None
+        self.artifacts.keep(client, result.hash, pairs)
+        limit = self.artifact_limits.inline_image
+        for entry, _ in pairs:
+            if entry.uri is None or entry.mime_type not in IMAGE_TYPES or entry.size > limit:
+                continue
+            found = self.artifacts.find(client, result.hash, entry.path)
+            data = found.file.read_bytes() if found is not None else b""
+            encoded = base64.b64encode(data).decode()
+            if image_type(data) == entry.mime_type and all(i.data != encoded for i in result.images):
+                result.images.append(ShownImage(data=encoded, mime_type=entry.mime_type))
+
+    def _open_artifacts(self) -> None:
+        if self.artifact_limits.max_file <= 0 or self.artifact_limits.max_files <= 0:
+            return
+        try:
+            self.artifacts = ArtifactStore(
+                self.settings.cache_root() / "artifacts", self.scripts.path, self.artifact_limits
+            )
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("artifacts are off: %s cannot be used: %s", self.scripts.path, exc)
+            self.artifacts = None
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -431,7 +465,8 @@ class CodeMode:
             max_concurrent_calls=settings.max_concurrent_calls,
         )
         clock = RunClock()
-        request = dataclasses.replace(request, clock=clock)
+        files = RunFiles(self.artifacts.staging(), self.artifact_limits) if self.artifacts is not None else None
+        request = dataclasses.replace(request, clock=clock, files=files)
         approver = (
             Approver(elicit, timeout=settings.approval_timeout, description=description, clock=clock)
             if elicit is not None
@@ -453,44 +488,57 @@ class CodeMode:
             if on_progress is not None:
                 await on_progress(RunProgress(time.perf_counter() - started, 0, queued=ahead))
 
-        async with self.admission.slot(client, settings.limit_memory_mb, queued):
-            async with approver.running() if approver is not None else contextlib.nullcontext():
-                result = await reporting(
-                    lambda: chosen.run(request, dispatcher),
-                    on_progress,
-                    lambda: len(dispatcher.calls),
-                    started=started,
-                    interval=settings.progress_interval_ms / 1000,
-                )
-                if stream is not None:
-                    await stream.flush(cut=result.truncated)
-        if len(result.output) > OFF_LOOP_CHARS:  # a large output is masked off the event loop
-            await anyio.to_thread.run_sync(masked, privacy, result)
-        else:
-            masked(privacy, result)
-        result.language, result.runner = plan.language, chosen.name
-        result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
-        result.calls = [
-            CallEntry(server=c.server, tool=c.tool, decision=c.decision, ms=round(c.ms))
-            for c in dispatcher.calls[:MAX_CALLS_SHOWN]
-        ]
-        result.install_time = prepared.install_ms
-        result.cached = False
-        tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
-        pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
-        result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
-        if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
-            # Every call of the run is committed before the run is answered (the writer batches them).
-            await anyio.to_thread.run_sync(self._audit_writer.flush)
-            await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
-        if time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
-            self._pruned_at = time.monotonic()
-            if self.audit is not None:
-                await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
-            await anyio.to_thread.run_sync(self.privacy.vault.prune)  # expired tokens leave memory too
-        if mode == "plan":
-            result.plan = await self._save_plan(gate, keyed.key, client)
-        return result
+        try:
+            async with self.admission.slot(client, settings.limit_memory_mb, queued):
+                async with approver.running() if approver is not None else contextlib.nullcontext():
+                    result = await reporting(
+                        lambda: chosen.run(request, dispatcher),
+                        on_progress,
+                        lambda: len(dispatcher.calls),
+                        started=started,
+                        interval=settings.progress_interval_ms / 1000,
+                    )
+                    if stream is not None:
+                        await stream.flush(cut=result.truncated)
+            pairs = files.entries(result.files) if files is not None else []
+            if files is not None:
+                result.files = [entry for entry, _ in pairs]
+                result.images = list(files.images)
+                if files.refused_images:
+                    result.output += "".join(f"\n[show() refused: {reason}]" for reason in files.refused_images)
+            if len(result.output) > OFF_LOOP_CHARS:  # a large output is masked off the event loop
+                await anyio.to_thread.run_sync(masked, privacy, result)
+            else:
+                masked(privacy, result)
+            result.language, result.runner = plan.language, chosen.name
+            result.tool_calls = len(dispatcher.reached)  # made to a server; `calls` also lists refused and planned ones
+            result.calls = [
+                CallEntry(server=c.server, tool=c.tool, decision=c.decision, ms=round(c.ms))
+                for c in dispatcher.calls[:MAX_CALLS_SHOWN]
+            ]
+            result.install_time = prepared.install_ms
+            result.cached = False
+            tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
+            pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
+            result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
+            if files is not None and pairs and self.artifacts is not None:
+                await anyio.to_thread.run_sync(self._keep_files, client, result, pairs)
+            if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
+                # Every call of the run is committed before the run is answered (the writer batches them).
+                await anyio.to_thread.run_sync(self._audit_writer.flush)
+                await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
+            if time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
+                self._pruned_at = time.monotonic()
+                if self.audit is not None:
+                    await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
+                await anyio.to_thread.run_sync(self.privacy.vault.prune)  # expired tokens leave memory too
+            if mode == "plan":
+                result.plan = await self._save_plan(gate, keyed.key, client)
+            return result
+        finally:
+            if files is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(files.discard)  # what was kept has been moved out of it
 
     async def _approved_calls(
         self, plan_id: str | None, mode: RunMode, code_hash: str, client: str

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..bridge import ErrorDetail, FileEntry, RunClock, RunResult, ToolDispatcher
+from ..bridge.host import FileSink
 from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class RunRequest:
     """Tool calls of the run answered at once (``CODE_MODE_MAX_CONCURRENT_CALLS``)."""
     clock: RunClock | None = None
     """The run's deadline, which time spent waiting for a person's approval does not use up."""
+    files: FileSink | None = None
+    """Where the run's workspace files and shown images go (the engine's ``artifacts.RunFiles``); None keeps none:
+    the run message then carries no ``artifacts`` caps and the sandbox sends no file's bytes."""
 
 
 PackageKind = Literal["none", "environment", "self"]

@@ -51,7 +51,7 @@ from cm_os import (
     yield_to_the_server,
 )
 from cm_protocol import Channel, Output
-from cm_runtime import DEFAULT_MAX_OUTPUT, jsonable, list_files
+from cm_runtime import DEFAULT_MAX_OUTPUT, Shower, jsonable, list_files, send_files
 
 
 def _exit_status(status: int) -> str:
@@ -116,12 +116,16 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     tools = {name: stubs[name] for name in message.get("namespaces", []) if name in stubs}
     tools["call_tool"] = call_tool
     tools["parallel"] = parallel
+    caps = message.get("artifacts")
+    tools["show"] = Shower(run.send, caps, workspace)
     if kind == "cpython":
         result = run_cpython(message["code"], tools, output)
     else:
         result = run_local(message["code"], tools, output, workspace, list(message.get("imports", [])))
     result["returnValue"], cut = jsonable(result.pop("value", None), cap)
     result["files"] = list_files(workspace)
+    output.flush()
+    send_files(workspace, caps, result["files"], run.send)  # before done: the host keeps what arrives whole
     result["dropped"] = output.dropped + (1 if cut else 0)
     output.finish({"op": "done", **result})  # the last output and done in one write
 
