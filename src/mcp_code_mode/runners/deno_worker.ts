@@ -47,8 +47,11 @@ import {
   parseRunMessage,
   type RunMessage,
   RUNTIME_URL,
+  sendFiles,
+  Shower,
   ToolChannel,
   ToolError,
+  type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
 // ----- what the bridge uses, captured before any script runs ----------------------------------
@@ -58,6 +61,13 @@ const parse = JSON.parse;
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const realExit: (code?: number) => never = Deno.exit;
+const realLstat = Deno.lstatSync;
+const realOpen = Deno.openSync;
+const workspace: WorkspaceFiles = {
+  lstat: (path) => realLstat(path),
+  open: (path) => realOpen(path, { read: true }),
+};
+let caps: RunMessage["artifacts"] = null;
 const realSetTimeout = setTimeout;
 const realClearTimeout = clearTimeout;
 const unrefTimer = Deno.unrefTimer;
@@ -189,9 +199,21 @@ function probed(key: string | symbol, target: object): boolean {
   return typeof key === "symbol" || PROBED.has(key) || key in target;
 }
 
+/** What a server's object has besides its tools (a tool of the same name wins): its resources and prompts,
+ * asked with reserved names no MCP tool can have. */
+const SERVER_CALLS: Record<string, (namespace: string) => (...args: unknown[]) => Promise<unknown>> = {
+  list_resources: (ns) => () => callTool(ns, "resources/list", {}),
+  read_resource: (ns) => (uri) => callTool(ns, "resources/read", { uri }),
+  list_prompts: (ns) => () => callTool(ns, "prompts/list", {}),
+  get_prompt: (ns) => (name, args) => callTool(ns, "prompts/get", args === undefined ? { name } : { name, arguments: args }),
+};
+
 /** A server's namespace: its tools, and for any other name a function that says which tools there are. */
 function toolNamespace(namespace: string, names: string[]): object {
   const object = {};
+  for (const [name, make] of Object.entries(SERVER_CALLS)) {
+    if (!names.includes(name)) define(object, name, make(namespace));
+  }
   for (const name of names) {
     define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
   }
@@ -332,7 +354,10 @@ function finish(success: boolean, error: ErrorJson | null = null): void {
   // its first `max_output` characters of JSON, as the cpython runner cuts it, and the run is truncated.
   const { value, cut } = success ? encodeValue(returnValue, output.cap, inspect) : { value: null, cut: false };
   const dropped = output.dropped + (cut ? 1 : 0);
-  output.flush({ op: "done", success, returnValue: value, error, dropped, files: listFiles() });
+  const files = listFiles();
+  output.flush();
+  sendFiles(files, caps, workspace, (message) => writer.send(message)); // before done: the host keeps what arrives
+  output.flush({ op: "done", success, returnValue: value, error, dropped, files });
 }
 
 function fail(error: unknown): never {
@@ -382,7 +407,10 @@ async function run(message: RunMessage): Promise<void> {
   if (!message.allow_network) Deno.permissions.revokeSync({ name: "net" });
   output.reset(message.max_output);
   unavailable = message.unavailable;
+  caps = message.artifacts;
   defineTools(message.functions);
+  const shower = new Shower(caps, workspace, (m) => output.flush(m));
+  if (!Object.hasOwn(globalThis, "show")) define(globalThis, "show", (image: unknown) => shower.show(image)); // a server named show wins
   const loaded = new Map<string, Record<string, unknown>>();
   phase = "running";
   try {

@@ -57,6 +57,7 @@ from cm_runtime import (
     AwaitableCalls,
     FinalAnswer,
     OutputBuffer,
+    Shower,
     ToolCalls,
     ToolError,
     final_answer,
@@ -340,7 +341,13 @@ def _evaluate(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     return result
 
 
-def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -> str:
+def _send_image(message: dict[str, Any]) -> None:
+    if _output is not None:
+        _output.flush()
+    _bridge("image", str(message.get("data")), str(message.get("mimeType")))
+
+
+def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, artifacts_json: str = "null") -> str:
     """Run one script in this interpreter; the ``done`` fields as JSON.
 
     A plain function, entered from JavaScript with ``callPromising`` (so that ``run_sync`` can suspend
@@ -361,6 +368,7 @@ def run(code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT) -
         "call_tool": call_tool,
         "final_answer": final_answer,
         "parallel": parallel,
+        "show": Shower(_send_image, _loads(artifacts_json), WORKSPACE),
     }
     for name in _loads(namespaces_json):
         if name in _stubs:
@@ -506,7 +514,8 @@ def serve(bridge: Any) -> str:
                 install_wheels([f"/wheels/{name}" for name in wheels])
             cap = message.get("max_output")
             cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
-            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap)
+            artifacts = _dumps(message.get("artifacts"))
+            return run(str(message.get("code") or ""), _dumps(message.get("namespaces") or []), cap, artifacts)
 
 
 WARM_UP_SCRIPT = """\

@@ -41,14 +41,25 @@ import {
   Output,
   parseMessage,
   parseRunMessage,
+  type RunMessage,
   RUNTIME_URL,
+  sendFiles,
   ToolChannel,
+  type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const exit: (code?: number) => never = Deno.exit.bind(Deno);
 const revokePermission = Deno.permissions.revokeSync.bind(Deno.permissions);
+const realLstat = Deno.lstatSync;
+const realOpen = Deno.openSync;
+// The workspace as this worker reads it (the script's /workspace is mounted on it): for the run's files.
+const workspace: WorkspaceFiles = {
+  lstat: (path) => realLstat(path),
+  open: (path) => realOpen(path, { read: true }),
+};
+let caps: RunMessage["artifacts"] = null;
 const jsonStringify = JSON.stringify;
 const jsonParse = JSON.parse;
 const isArray = Array.isArray;
@@ -96,6 +107,14 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
   }
   if (op === "flush") {
     output.flush();
+    return undefined;
+  }
+  if (op === "image") {
+    // show(): the prelude checked the image; the host checks it again. Only its size is bounded here.
+    const limit = Math.ceil(((caps?.max_image ?? 0) * 4) / 3) + 4;
+    if (typeof a === "string" && typeof b === "string" && a.length <= limit && b.length <= 100) {
+      output.flush({ op: "image", data: a, mimeType: b });
+    }
     return undefined;
   }
   if (op === "receive") {
@@ -370,6 +389,7 @@ async function runOnce(
   try {
     const message = parseRunMessage(raw);
     output.reset(message.max_output);
+    caps = message.artifacts;
     const builds = message.pyodide_packages;
     if (builds.length > 0) {
       const errors: string[] = [];
@@ -394,6 +414,8 @@ async function runOnce(
     done = { success: false, error: { type: "RunnerError", message: text } };
   }
   // `dropped`: what Python dropped (its count, a number or nothing), what was dropped here, a cut value.
+  output.flush();
+  sendFiles(done.files, caps, workspace, (m) => writer.send(m)); // before done: the host keeps what arrives
   const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
   output.flush({ ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) });
 }

@@ -117,7 +117,7 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
     tools["call_tool"] = call_tool
     tools["parallel"] = parallel
     caps = message.get("artifacts")
-    tools["show"] = Shower(run.send, caps, workspace)
+    tools.setdefault("show", Shower(run.send, caps, workspace))  # a server whose namespace is show wins
     if kind == "cpython":
         result = run_cpython(message["code"], tools, output)
     else:
