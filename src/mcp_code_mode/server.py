@@ -96,6 +96,16 @@ def _images(value: Any) -> list[ImageContent]:
     ]
 
 
+def _as_text(data: bytes, mime: str) -> str | bytes:
+    """A text artifact's content as text (``text`` in resources/read), anything else as bytes (``blob``)."""
+    if mime.startswith("text/") or mime in ("application/json", "application/xml", "application/javascript"):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return data
+
+
 def _links(result: RunResult) -> list[types.ResourceLink]:
     """Each kept file as a ``resource_link`` (readable with ``resources/read`` by the client that ran it)."""
     return [
@@ -271,7 +281,7 @@ class CodeModeServer(MCPServer[Any]):
         if found is None:
             raise ResourceNotFoundError(f"Unknown resource: {text}")
         data = await anyio.to_thread.run_sync(found.file.read_bytes)
-        return [ReadResourceContents(content=data, mime_type=found.mime)]
+        return [ReadResourceContents(content=_as_text(data, found.mime), mime_type=found.mime)]
 
     async def _artifact(self, uri: str, context: Context[Any, Any] | None) -> Artifact | None:
         parsed = parse_uri(uri)

@@ -183,7 +183,8 @@ async def test_a_file_written_in_the_workspace_is_listed_with_its_size(engine: C
         js="Deno.writeTextFileSync('out.txt', 'hello');",
     )
     data = succeeded(await run(engine, runner, case))
-    assert data["files"] == [{"path": "out.txt", "size": 5}]
+    assert [(f["path"], f["size"], f["mimeType"]) for f in data["files"]] == [("out.txt", 5, "text/plain")]
+    assert data["files"][0]["uri"] == f"code-mode://runs/{data['hash']}/files/out.txt"  # kept as an artifact
 
 
 @pytest.mark.parametrize("runner", ["cpython", "pyodide", "deno"], indirect=True)
@@ -202,10 +203,8 @@ async def test_files_in_subdirectories_are_listed_by_relative_path(engine: CodeM
         ),
     )
     data = succeeded(await run(engine, runner, case))
-    assert sorted(data["files"], key=lambda f: f["path"]) == [
-        {"path": "out.txt", "size": 5},
-        {"path": "sub/deep/in.txt", "size": 3},
-    ]
+    assert sorted((f["path"], f["size"]) for f in data["files"]) == [("out.txt", 5), ("sub/deep/in.txt", 3)]
+    assert all(f["uri"].endswith("/files/" + f["path"]) for f in data["files"])
 
 
 # ----- tools -------------------------------------------------------------------------------------
