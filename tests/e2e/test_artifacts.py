@@ -6,11 +6,18 @@ from scripts (the npm server-everything)."""
 from __future__ import annotations
 
 import base64
+import os
 import resource
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Generator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -19,7 +26,7 @@ from mcp.types import BlobResourceContents, CallToolResult, ImageContent, Resour
 from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.server import build_server
 
-from ..conftest import make_config, npm_server
+from ..conftest import free_port, http_client, make_config, npm_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -89,19 +96,19 @@ async def test_a_made_up_artifact_uri_is_not_found(client: Client) -> None:
         await client.read_resource("code-mode://runs/0123456789abcdef/files/notes.txt")
 
 
-async def test_a_50_mb_file_over_the_10_mb_cap_is_not_kept_the_cap_is_named_and_the_other_files_are() -> None:
-    config = make_config({}, pool_size=1, artifact_max_file_mb=10)
+async def test_a_50_mb_file_over_the_10_mb_cap_is_not_kept_the_cap_is_named_and_the_other_files_are(
+    client: Client,
+) -> None:
     code = "with open('big.bin', 'wb') as f:\n    f.write(b'x' * (50 << 20))\nopen('small.txt', 'w').write('kept')\n"
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    async with Client(build_server(CodeMode(config)), mode="legacy") as client:
-        result, structured = await execute(client, code, runner="cpython")
-        assert structured["success"], structured["error"]
-        files = {f["path"]: f for f in structured["files"]}
-        assert files["big.bin"] == {"path": "big.bin", "size": 50 << 20, "dropped": "CODE_MODE_ARTIFACT_MAX_FILE_MB"}
-        assert set(links(result)) == {"small.txt"}
-        small = (await client.read_resource(str(links(result)["small.txt"].uri))).contents[0]
-        assert isinstance(small, TextResourceContents) and small.text == "kept"
+    result, structured = await execute(client, code, runner="cpython")
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert structured["success"], structured["error"]
+    files = {f["path"]: f for f in structured["files"]}
+    assert files["big.bin"] == {"path": "big.bin", "size": 50 << 20, "dropped": "CODE_MODE_ARTIFACT_MAX_FILE_MB"}
+    assert set(links(result)) == {"small.txt"}
+    small = (await client.read_resource(str(links(result)["small.txt"].uri))).contents[0]
+    assert isinstance(small, TextResourceContents) and small.text == "kept"
     assert grown_mb < 30, f"the host grew by {grown_mb:.0f} MB: it held the file the sandbox should have skipped"
 
 
@@ -198,17 +205,75 @@ async def test_scripts_list_and_read_a_downstream_server_s_resources_and_prompts
     assert js["returnValue"]["read"] == js["returnValue"]["uri"] and js["returnValue"]["prompts"] > 0
 
 
-async def test_an_artifact_past_its_ttl_is_not_found() -> None:
-    config = make_config({}, pool_size=1, artifact_ttl_s=0.5)
-    async with Client(build_server(CodeMode(config)), mode="legacy") as client:
-        result, structured = await execute(client, "open('a.txt', 'w').write('soon gone')", runner="cpython")
-        assert structured["success"], structured["error"]
-        uri = str(links(result)["a.txt"].uri)
-        with anyio.fail_after(10):
-            while True:  # readable until its TTL has passed, then "not found"
-                try:
-                    await client.read_resource(uri)
-                except MCPError as exc:
-                    assert "Unknown resource" in str(exc)
+def minimal_env(home: Path) -> dict[str, str]:
+    """What a desktop client gives the server it starts: HOME, PATH, USER, SHELL and TERM only."""
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "USER": os.environ.get("USER", "root"),
+        "SHELL": "/bin/sh",
+        "TERM": "dumb",
+    }
+
+
+@contextmanager
+def serving_http(home: Path) -> Generator[str]:
+    """``mcp-code-mode serve --http`` as a child with a minimal environment (its settings in the .env beside its
+    servers file); the MCP endpoint's URL once /healthz answers."""
+    config = write_config(home / "mcp_servers.json", {})
+    (home / ".env").write_text(
+        "CODE_MODE_CACHE_EMBEDDER=hashing\nCODE_MODE_ARTIFACT_TTL_S=2\nCODE_MODE_PYODIDE_POOL_SIZE=0\nCODE_MODE_EAGER_RUNNERS=none\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    argv = [str(Path(sys.executable).with_name("mcp-code-mode")), "serve", "--http", "--port", str(port)]
+    log = home / "server.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [*argv, "--config", str(config)], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+            env=minimal_env(home), cwd="/",
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, log.read_text(encoding="utf-8", errors="replace")
+            try:
+                if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                     break
-                await anyio.sleep(0.1)
+            except httpx2.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text(encoding="utf-8", errors="replace")
+            time.sleep(0.05)  # polling a port: there is no event to wait on
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+async def test_over_http_only_the_session_that_ran_reads_its_artifact_and_only_until_its_ttl(
+    tmp_path: Path,
+) -> None:
+    with serving_http(tmp_path) as url:
+        async with http_client(url) as owner, http_client(url) as other:
+            result, structured = await execute(owner, "open('a.txt', 'w').write('mine')", runner="cpython")
+            assert structured["success"], structured["error"]
+            uri = str(links(result)["a.txt"].uri)
+            contents = (await owner.read_resource(uri)).contents[0]
+            assert isinstance(contents, TextResourceContents) and contents.text == "mine"
+            with pytest.raises(MCPError, match="Unknown resource") as refused:
+                await other.read_resource(uri)
+            with pytest.raises(MCPError) as made_up:
+                await other.read_resource(uri.replace("a.txt", "b.txt"))
+            assert str(refused.value) == str(made_up.value).replace("b.txt", "a.txt")  # the same "not found"
+            with anyio.fail_after(15):
+                while True:  # readable until its TTL (2 s) has passed, then "not found" for its owner too
+                    try:
+                        await owner.read_resource(uri)
+                    except MCPError as exc:
+                        assert "Unknown resource" in str(exc)
+                        break
+                    await anyio.sleep(0.2)
