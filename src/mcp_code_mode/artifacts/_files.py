@@ -196,6 +196,9 @@ class RunFiles:
         for path, staged in self.staged.items():  # sent but not listed (the listing has a cap of its own)
             if path not in seen:
                 out.append((FileEntry(path, staged.size, mime_type=mime_type(path)), staged))
+        for path, reason in self.dropped.items():
+            if path not in seen:
+                out.append((FileEntry(path, 0, dropped=reason), None))
         return out
 
     def discard(self) -> None:
