@@ -190,6 +190,8 @@ export default { uri: listed[0].uri, read: read.contents[0].uri, prompts: prompt
 
 
 async def test_scripts_list_and_read_a_downstream_server_s_resources_and_prompts(client: Client) -> None:
+    checked = (await client.call_tool("validate_code", {"language": "python", "code": RESOURCES_PY})).structured_content
+    assert checked is not None and checked["valid"], checked  # the validator knows them too
     _, py = await execute(client, RESOURCES_PY)
     assert py["success"], py["error"]
     value = py["returnValue"]

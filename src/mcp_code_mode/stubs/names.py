@@ -9,8 +9,10 @@ from collections.abc import Iterable
 
 # Names the sandbox defines itself; a server or tool may not shadow them.
 SANDBOX_RESERVED = frozenset(
-    {"call_tool", "ToolError", "final_answer", "parallel", "print", "open", "servers", "tools"}
+    {"call_tool", "ToolError", "final_answer", "parallel", "print", "open", "servers", "tools", "show"}
 )
+SERVER_EXTRAS = ("list_resources", "read_resource", "list_prompts", "get_prompt")
+"""What every server's namespace has besides its tools (its resources and prompts); a tool of the name wins."""
 # JavaScript reserved words, and globals a namespace must not shadow (namespaces are globals under Deno).
 JS_RESERVED = frozenset(
     """break case catch class const continue debugger default delete do else enum export extends false finally

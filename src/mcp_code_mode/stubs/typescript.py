@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .index import ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import JS_RESERVED, TS_TYPE_RESERVED, pascal, singular
+from .names import JS_RESERVED, SERVER_EXTRAS, TS_TYPE_RESERVED, pascal, singular
 from .text import comment_text, split_top
 
 HEADER = """\
@@ -55,7 +55,6 @@ interface ServerExtras {
 
 # Names the header declares; generated types must not take them.
 HEADER_NAMES = frozenset({"ToolError", "callTool", "require", "show", "ServerExtras"})
-SERVER_EXTRAS = ("list_resources", "read_resource", "list_prompts", "get_prompt")
 
 _PRIMITIVES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 _MAX_DEPTH = 6
