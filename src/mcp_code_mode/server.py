@@ -283,6 +283,21 @@ class CodeModeServer(MCPServer[Any]):
         data = await anyio.to_thread.run_sync(found.file.read_bytes)
         return [ReadResourceContents(content=_as_text(data, found.mime), mime_type=found.mime)]
 
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """The server's resources, and this client's artifacts that can still be read (newest first, 50)."""
+        listed = await super()._handle_list_resources(ctx, params)
+        store = self.engine.artifacts
+        if store is None:
+            return listed
+        client = client_of(Context(request_context=ctx, mcp_server=self))
+        recent = await anyio.to_thread.run_sync(store.recent, client)
+        listed.resources.extend(
+            types.Resource(uri=uri, name=found.path, mime_type=found.mime, size=found.size) for uri, found in recent
+        )
+        return listed
+
     async def _artifact(self, uri: str, context: Context[Any, Any] | None) -> Artifact | None:
         parsed = parse_uri(uri)
         store = self.engine.artifacts

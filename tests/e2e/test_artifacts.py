@@ -266,6 +266,8 @@ async def test_over_http_only_the_session_that_ran_reads_its_artifact_and_only_u
             uri = str(links(result)["a.txt"].uri)
             contents = (await owner.read_resource(uri)).contents[0]
             assert isinstance(contents, TextResourceContents) and contents.text == "mine"
+            assert [str(r.uri) for r in (await owner.list_resources()).resources] == [uri]  # its recent artifacts
+            assert (await other.list_resources()).resources == []
             with pytest.raises(MCPError, match="Unknown resource") as refused:
                 await other.read_resource(uri)
             with pytest.raises(MCPError) as made_up:
