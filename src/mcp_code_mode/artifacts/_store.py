@@ -10,6 +10,7 @@ removed whenever a run keeps files, and when the store opens. Every method block
 
 from __future__ import annotations
 
+import base64
 import shutil
 import sqlite3
 import time
@@ -17,9 +18,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bridge.outcome import FileEntry
+from ..bridge.outcome import FileEntry, ShownImage
 from ..cache.store import ScriptStore
-from ._files import CAP_TOTAL, ArtifactLimits, Staged
+from ._files import CAP_TOTAL, IMAGE_TYPES, MAX_SHOWN, ArtifactLimits, Staged, image_type
 
 SCHEME = "code-mode"
 URI_PREFIX = f"{SCHEME}://runs/"
@@ -120,6 +121,9 @@ class ArtifactStore:
                     if staged is not None:
                         staged.file.rename(self.root / directory / staged.file.name)
             kept = self._store._write(write) if staging is not None else []
+        except BaseException:
+            shutil.rmtree(self.root / directory, ignore_errors=True)  # no file without its row
+            raise
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -131,6 +135,24 @@ class ArtifactStore:
                 if staged is not None and f"{directory}/{staged.file.name}" not in keptnames:
                     (self.root / directory / staged.file.name).unlink(missing_ok=True)
         self._remove(removed)
+
+    def inline(
+        self, client: str, run_hash: str, entries: list[FileEntry], already: list[ShownImage]
+    ) -> list[ShownImage]:
+        """The kept image files within the inline cap, as image content (bytes checked to be the type their name
+        says; none already shown; at most ``MAX_SHOWN`` images in the result)."""
+        out: list[ShownImage] = []
+        for entry in entries:
+            if len(already) + len(out) >= MAX_SHOWN:
+                break  # the rest are links only
+            if entry.uri is None or entry.mime_type not in IMAGE_TYPES or entry.size > self.limits.inline_image:
+                continue
+            found = self.find(client, run_hash, entry.path)
+            data = found.file.read_bytes() if found is not None else b""
+            encoded = base64.b64encode(data).decode()
+            if image_type(data) == entry.mime_type and all(i.data != encoded for i in [*already, *out]):
+                out.append(ShownImage(data=encoded, mime_type=entry.mime_type))
+        return out
 
     def find(self, client: str, run_hash: str, path: str) -> Artifact | None:
         """The artifact this client may read, or None (another client's, expired, made up: all the same)."""

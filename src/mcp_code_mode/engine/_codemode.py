@@ -10,7 +10,6 @@ progress and the runner), the result. The façade holds the parts; callers use i
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import logging
@@ -26,10 +25,9 @@ from typing import Any
 import anyio
 
 from ..admission import Admission
-from ..artifacts import IMAGE_TYPES, ArtifactLimits, ArtifactStore, RunFiles, Staged, image_type
+from ..artifacts import ArtifactLimits, ArtifactStore, RunFiles, Staged
 from ..bridge import CallEntry, ErrorDetail, FileEntry, PlanResult, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
-from ..bridge.outcome import ShownImage
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
@@ -254,15 +252,7 @@ class CodeMode:
         """Keep a run's staged files as its artifacts (links in its entries), and inline the small images."""
         assert self.artifacts is not None
         self.artifacts.keep(client, result.hash, pairs)
-        limit = self.artifact_limits.inline_image
-        for entry, _ in pairs:
-            if entry.uri is None or entry.mime_type not in IMAGE_TYPES or entry.size > limit:
-                continue
-            found = self.artifacts.find(client, result.hash, entry.path)
-            data = found.file.read_bytes() if found is not None else b""
-            encoded = base64.b64encode(data).decode()
-            if image_type(data) == entry.mime_type and all(i.data != encoded for i in result.images):
-                result.images.append(ShownImage(data=encoded, mime_type=entry.mime_type))
+        result.images += self.artifacts.inline(client, result.hash, [e for e, _ in pairs], result.images)
 
     def _open_artifacts(self) -> None:
         if self.artifact_limits.max_file <= 0 or self.artifact_limits.max_files <= 0:
@@ -522,7 +512,13 @@ class CodeMode:
             pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
             result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
             if files is not None and pairs and self.artifacts is not None:
-                await anyio.to_thread.run_sync(self._keep_files, client, result, pairs)
+                try:
+                    await anyio.to_thread.run_sync(self._keep_files, client, result, pairs)
+                except (OSError, sqlite3.Error) as exc:  # the run's answer still goes out, without links
+                    logger.warning("a run's files could not be kept: %s", exc)
+                    for entry, staged in pairs:
+                        if staged is not None:
+                            entry.uri, entry.dropped = None, "not kept: the artifact store failed"
             if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
                 # Every call of the run is committed before the run is answered (the writer batches them).
                 await anyio.to_thread.run_sync(self._audit_writer.flush)
