@@ -38,7 +38,9 @@ PNG = base64.b64decode(
 
 @pytest.fixture(scope="module")
 async def client() -> AsyncIterator[Client]:
-    config = make_config({"everything": {"command": npm_server("everything")}}, pool_size=1, artifact_max_file_mb=10)
+    everything = {"command": npm_server("everything")}
+    locked = {**everything, "policy": {"tools": {"resources/*": "deny"}}}  # its resources: refused by the policy
+    config = make_config({"everything": everything, "locked": locked}, pool_size=1, artifact_max_file_mb=10)
     async with Client(build_server(CodeMode(config)), mode="legacy") as c:
         yield c
 
@@ -205,6 +207,23 @@ async def test_scripts_list_and_read_a_downstream_server_s_resources_and_prompts
     _, js = await execute(client, RESOURCES_JS, language="javascript")
     assert js["success"], js["error"]
     assert js["returnValue"]["read"] == js["returnValue"]["uri"] and js["returnValue"]["prompts"] > 0
+
+
+async def test_a_policy_that_denies_a_server_s_resources_refuses_reading_them_from_a_script(client: Client) -> None:
+    code = (
+        "try:\n    locked.read_resource('demo://resource/static/document/architecture.md')\n"
+        "except ToolError as e:\n    refused = str(e)\n"
+        "[refused, len(locked.list_prompts()['prompts']) > 0]"
+    )
+    _, structured = await execute(client, code)
+    assert structured["success"], structured["error"]
+    refused, prompts = structured["returnValue"]
+    assert refused.startswith("denied: ") and "resources/read" in refused
+    assert prompts is True  # what the policy does not deny still works
+    assert [(c["tool"], c["decision"]) for c in structured["calls"]] == [
+        ("resources/read", "denied"),
+        ("prompts/list", "allowed"),
+    ]
 
 
 def minimal_env(home: Path) -> dict[str, str]:
