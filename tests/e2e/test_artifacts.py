@@ -93,9 +93,11 @@ async def test_a_run_s_files_are_resource_links_read_back_after_the_run_and_its_
     assert base64.b64decode(png[0].blob) == PNG
 
 
-async def test_a_made_up_artifact_uri_is_not_found(client: Client) -> None:
+async def test_a_made_up_artifact_uri_is_not_found_and_the_limits_say_what_is_kept(client: Client) -> None:
     with pytest.raises(MCPError, match="Unknown resource"):
         await client.read_resource("code-mode://runs/0123456789abcdef/files/notes.txt")
+    limits = (await client.call_tool("get_execution_limits", {})).structured_content
+    assert limits is not None and limits["artifacts"]["kept"] is True and limits["artifacts"]["maxFileMB"] == 10
 
 
 async def test_a_50_mb_file_over_the_10_mb_cap_is_not_kept_the_cap_is_named_and_the_other_files_are(

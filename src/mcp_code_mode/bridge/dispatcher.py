@@ -267,7 +267,7 @@ class ToolDispatcher:
             try:
                 await _take(self._slots)
                 try:
-                    if real_tool in SERVER_CALLS:
+                    if real_tool in SERVER_CALLS and self.pool.find(real_server, real_tool) is None:  # not a tool
                         return await self._answer_server_call(real_server, real_tool, arguments, record, where)
                     result = await self.pool.call_tool(real_server, real_tool, arguments)
                 finally:
