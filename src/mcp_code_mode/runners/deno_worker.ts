@@ -212,7 +212,8 @@ const SERVER_CALLS: Record<string, (namespace: string) => (...args: unknown[]) =
 function toolNamespace(namespace: string, names: string[]): object {
   const object = {};
   for (const [name, make] of Object.entries(SERVER_CALLS)) {
-    if (!names.includes(name)) define(object, name, make(namespace));
+    // Not enumerable: the namespace lists (Object.keys, console.log) its tools only.
+    if (!names.includes(name)) Object.defineProperty(object, name, { value: make(namespace), writable: true, configurable: true });
   }
   for (const name of names) {
     define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
