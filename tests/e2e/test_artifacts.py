@@ -93,6 +93,18 @@ async def test_a_run_s_files_are_resource_links_read_back_after_the_run_and_its_
     assert base64.b64decode(png[0].blob) == PNG
 
 
+async def test_odd_file_names_link_and_read_back_and_a_run_with_files_is_never_replayed(client: Client) -> None:
+    code = "import os\nos.makedirs('d ü')\nopen('d ü/50% #1?.txt', 'w').write('odd')\n"
+    first, structured = await execute(client, code, runner="cpython", cache="auto")
+    (name,) = links(first)
+    assert name == "d ü/50% #1?.txt"
+    contents = (await client.read_resource(str(links(first)[name].uri))).contents[0]
+    assert isinstance(contents, TextResourceContents) and contents.text == "odd"
+    again, replay = await execute(client, code, runner="cpython", cache="auto")
+    assert replay["cached"] is False and structured["cached"] is False  # its links are its own run's
+    assert (await client.read_resource(str(links(again)[name].uri))).contents[0].model_dump()["text"] == "odd"
+
+
 async def test_a_made_up_artifact_uri_is_not_found_and_the_limits_say_what_is_kept(client: Client) -> None:
     with pytest.raises(MCPError, match="Unknown resource"):
         await client.read_resource("code-mode://runs/0123456789abcdef/files/notes.txt")
