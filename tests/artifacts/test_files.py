@@ -81,3 +81,11 @@ def test_a_shown_image_must_be_what_it_claims_within_the_size_and_count_caps(tmp
         "an image of 170 bytes is over CODE_MODE_ARTIFACT_INLINE_IMAGE_KB",
     ]
     assert run.refused_images[3:] == ["more than 10 images shown"] * 11
+
+
+def test_a_file_the_host_cannot_write_is_not_kept_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "staging").write_text("a file where the staging directory should be", encoding="utf-8")
+    run = files(tmp_path)
+    run.write("a.txt", b"abc", end=True)  # no exception reaches the host loop
+    ((entry, staged),) = run.entries([FileEntry("a.txt", 3)])
+    assert staged is None and entry.dropped is not None and entry.dropped.startswith("not kept: ")

@@ -121,6 +121,15 @@ class RunFiles:
         return self.limits.message()
 
     def write(self, path: str, data: bytes, end: bool) -> None:
+        try:
+            self._write(path, data, end)
+        except OSError as exc:  # the host's disk, not the run: the file is not kept, the run goes on
+            if self._open is not None:
+                self._drop(self._open, f"not kept: {exc.strerror or exc}")
+            else:
+                self.dropped[path] = f"not kept: {exc.strerror or exc}"
+
+    def _write(self, path: str, data: bytes, end: bool) -> None:
         if path in self.dropped or path in self.staged:
             return  # past a cap, or sent twice: nothing more of it is kept
         current = self._open
@@ -148,8 +157,11 @@ class RunFiles:
             self.staged[path] = Staged(path, current.file, current.size)
 
     def _drop(self, current: _Open, reason: str) -> None:
-        current.handle.close()
-        current.file.unlink(missing_ok=True)
+        try:
+            current.handle.close()
+            current.file.unlink(missing_ok=True)
+        except OSError:
+            pass
         self.dropped[current.path] = reason
         self._open = None
 
