@@ -187,6 +187,31 @@ async def test_a_file_written_in_the_workspace_is_listed_with_its_size(engine: C
     assert data["files"][0]["uri"] == f"code-mode://runs/{data['hash']}/files/out.txt"  # kept as an artifact
 
 
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+async def test_show_of_an_image_value_puts_it_in_the_result_and_a_non_image_is_refused(
+    engine: CodeMode, runner: str
+) -> None:
+    case = Case(
+        python=(
+            f"show({{'type': 'image', 'data': {PNG_B64!r}, 'mimeType': 'image/png'}})\n"
+            "try:\n    show({'type': 'image', 'data': 'aGVsbG8=', 'mimeType': 'image/png'})\n"
+            "except (TypeError, ValueError) as e:\n    refused = str(e)\nrefused"
+        ),
+        js=(
+            f"show({{ type: 'image', data: '{PNG_B64}', mimeType: 'image/png' }});\nlet refused = '';\n"
+            "try { show({ type: 'image', data: 'aGVsbG8=', mimeType: 'image/png' }); }\n"
+            "catch (e) { refused = String(e); }\n"
+            "export default refused;"
+        ),
+    )
+    result = await run(engine, runner, case)
+    data = succeeded(result)
+    assert "is not a png, jpeg, gif or webp image" in data["returnValue"]
+    assert [(i.mime_type, i.data) for i in result.images] == [("image/png", PNG_B64)]
+
+
 @pytest.mark.parametrize("runner", ["cpython", "pyodide", "deno"], indirect=True)
 async def test_files_in_subdirectories_are_listed_by_relative_path(engine: CodeMode, runner: str) -> None:
     # Not under local: its allow-list has no module that makes a directory (no os, no pathlib).
