@@ -280,6 +280,21 @@ class Settings(BaseModel):
 
     cache_ttl: float = Field(default=3600.0, ge=0)
     """Seconds during which ``cache="auto"`` replays a stored run that had no side effects."""
+    artifact_max_file_mb: float = Field(default=10.0, ge=0)
+    """Largest workspace file a run leaves that is kept as an artifact, in MB; a larger one is not kept (the
+    result says so, naming this cap). 0 keeps no files."""
+    artifact_max_run_mb: float = Field(default=50.0, ge=0)
+    """Bytes of artifacts kept per run, in MB; the files past it are not kept."""
+    artifact_max_total_mb: float = Field(default=1024.0, ge=0)
+    """Bytes of artifacts kept in all (every client's), in MB; when a run's files would pass it, the oldest
+    artifacts are removed first."""
+    artifact_max_files: int = Field(default=100, ge=0, le=1000)
+    """Files kept per run; the rest are listed as not kept."""
+    artifact_ttl_s: float = Field(default=3600.0, gt=0)
+    """Seconds an artifact can be read (``resources/read`` of its ``code-mode://runs/...`` link) after its run."""
+    artifact_inline_image_kb: int = Field(default=512, ge=0)
+    """An image artifact (png, jpeg, gif, webp) or a ``show()``n image up to this size, in KB, also comes back
+    inline as image content; 0 sends none inline."""
     cache_embedder: Literal["wordllama", "hashing", "none"] = "wordllama"
     """Embeddings for searching scripts and tools.
 

@@ -58,6 +58,15 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
             },
         },
         "privacy": engine.privacy.describe(),
+        "artifacts": {
+            "kept": engine.artifacts is not None,
+            "maxFileMB": settings.artifact_max_file_mb,
+            "maxRunMB": settings.artifact_max_run_mb,
+            "maxTotalMB": settings.artifact_max_total_mb,
+            "maxFiles": settings.artifact_max_files,
+            "ttlS": settings.artifact_ttl_s,
+            "inlineImageKB": settings.artifact_inline_image_kb,
+        },
         "isolation": isolation,
         "requireIsolation": settings.require_isolation,
         "runners": {

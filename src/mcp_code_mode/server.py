@@ -19,9 +19,10 @@ from mcp.server import MCPServer
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import CallToolResult, ImageContent, TextContent
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -30,6 +31,7 @@ from pydantic import Field
 from . import __version__
 from ._skill_tools import register_skill_tools
 from ._tasks import TaskBook, capability, install
+from .artifacts import URI_PREFIX, Artifact, parse_uri
 from .cache import CACHE_MODES
 from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
@@ -98,9 +100,30 @@ def _images(value: Any) -> list[ImageContent]:
     ]
 
 
+def _as_text(data: bytes, mime: str) -> str | bytes:
+    """A text artifact's content as text (``text`` in resources/read), anything else as bytes (``blob``)."""
+    if mime.startswith("text/") or mime in ("application/json", "application/xml", "application/javascript"):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return data
+
+
+def _links(result: RunResult) -> list[types.ResourceLink]:
+    """Each kept file as a ``resource_link`` (readable with ``resources/read`` by the client that ran it)."""
+    return [
+        types.ResourceLink(type="resource_link", uri=f.uri, name=f.path, mime_type=f.mime_type, size=f.size)
+        for f in result.files
+        if f.uri is not None
+    ]
+
+
 def to_call_result(result: RunResult) -> CallToolResult:
     content: list[types.ContentBlock] = [TextContent(type="text", text=result_text(result))]
     content.extend(_images(result.return_value))
+    content.extend(ImageContent(type="image", data=i.data, mime_type=i.mime_type) for i in result.images)
+    content.extend(_links(result))
     return CallToolResult(
         content=content,
         structured_content=result.model_dump(mode="json", by_alias=True),
@@ -307,6 +330,51 @@ class CodeModeServer(MCPServer[Any]):
         """Whether the client of this request wants log messages at ``level`` (all, until it sets a level)."""
         minimum = self._log_levels.get(_connection_of(ctx), LOG_LEVELS[0])
         return LOG_LEVELS.index(level) >= LOG_LEVELS.index(minimum)
+
+    async def read_resource(self, uri: Any, context: Context[Any, Any] | None = None) -> Any:
+        """An artifact (``code-mode://runs/<hash>/files/<path>``) for the client that made its run; another
+        client's, an expired one and a made-up one are the same "not found"."""
+        text = str(uri)
+        if not text.startswith(URI_PREFIX):
+            return await super().read_resource(uri, context)
+        found = await self._artifact(text, context)
+        if found is None:
+            raise ResourceNotFoundError(f"Unknown resource: {text}")
+        data = await anyio.to_thread.run_sync(found.file.read_bytes)
+        return [ReadResourceContents(content=_as_text(data, found.mime), mime_type=found.mime)]
+
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """The server's resources, and this client's artifacts that can still be read (newest first, 50)."""
+        listed = await super()._handle_list_resources(ctx, params)
+        store = self.engine.artifacts
+        if store is None:
+            return listed
+        client = client_of(Context(request_context=ctx, mcp_server=self))
+        recent = await anyio.to_thread.run_sync(store.recent, client)
+        listed.resources.extend(
+            types.Resource(uri=uri, name=found.path, mime_type=found.mime, size=found.size) for uri, found in recent
+        )
+        return listed
+
+    async def _artifact(self, uri: str, context: Context[Any, Any] | None) -> Artifact | None:
+        parsed = parse_uri(uri)
+        store = self.engine.artifacts
+        if parsed is None or store is None:
+            return None
+        client = client_of(context)
+        return await anyio.to_thread.run_sync(store.find, client, *parsed)
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        return [
+            *await super().list_resource_templates(),
+            types.ResourceTemplate(
+                uri_template=URI_PREFIX + "{hash}/files/{+path}",
+                name="run-file",
+                description="A file a run left in its workspace (execute_code links it), for the client that ran it.",
+            ),
+        ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None) -> Any:
         """Refuse arguments a tool does not have (a typo would otherwise be ignored, and the call answer

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 
 from .stubs.index import StubIndex, ToolSpec, resolve_ref
-from .stubs.names import SANDBOX_RESERVED
+from .stubs.names import SANDBOX_RESERVED, SERVER_EXTRAS
 
 _UNCHECKED: Any = object()
 _MAX_DEPTH = 8
@@ -175,7 +175,7 @@ class _PythonChecker(ast.NodeVisitor):
             name = node.value.id
             server = self.namespaces.get(name)
             if server is not None and name not in self.defined:
-                if not any(t.func == node.attr for t in server.tools):
+                if node.attr not in SERVER_EXTRAS and not any(t.func == node.attr for t in server.tools):
                     funcs = [t.func for t in server.tools]
                     self.add(
                         node,

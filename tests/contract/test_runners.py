@@ -183,7 +183,33 @@ async def test_a_file_written_in_the_workspace_is_listed_with_its_size(engine: C
         js="Deno.writeTextFileSync('out.txt', 'hello');",
     )
     data = succeeded(await run(engine, runner, case))
-    assert data["files"] == [{"path": "out.txt", "size": 5}]
+    assert [(f["path"], f["size"], f["mimeType"]) for f in data["files"]] == [("out.txt", 5, "text/plain")]
+    assert data["files"][0]["uri"] == f"code-mode://runs/{data['hash']}/files/out.txt"  # kept as an artifact
+
+
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+async def test_show_of_an_image_value_puts_it_in_the_result_and_a_non_image_is_refused(
+    engine: CodeMode, runner: str
+) -> None:
+    case = Case(
+        python=(
+            f"show({{'type': 'image', 'data': {PNG_B64!r}, 'mimeType': 'image/png'}})\n"
+            "try:\n    show({'type': 'image', 'data': 'aGVsbG8=', 'mimeType': 'image/png'})\n"
+            "except (TypeError, ValueError) as e:\n    refused = str(e)\nrefused"
+        ),
+        js=(
+            f"show({{ type: 'image', data: '{PNG_B64}', mimeType: 'image/png' }});\nlet refused = '';\n"
+            "try { show({ type: 'image', data: 'aGVsbG8=', mimeType: 'image/png' }); }\n"
+            "catch (e) { refused = String(e); }\n"
+            "export default refused;"
+        ),
+    )
+    result = await run(engine, runner, case)
+    data = succeeded(result)
+    assert "is not a png, jpeg, gif or webp image" in data["returnValue"]
+    assert [(i.mime_type, i.data) for i in result.images] == [("image/png", PNG_B64)]
 
 
 @pytest.mark.parametrize("runner", ["cpython", "pyodide", "deno"], indirect=True)
@@ -202,10 +228,8 @@ async def test_files_in_subdirectories_are_listed_by_relative_path(engine: CodeM
         ),
     )
     data = succeeded(await run(engine, runner, case))
-    assert sorted(data["files"], key=lambda f: f["path"]) == [
-        {"path": "out.txt", "size": 5},
-        {"path": "sub/deep/in.txt", "size": 3},
-    ]
+    assert sorted((f["path"], f["size"]) for f in data["files"]) == [("out.txt", 5), ("sub/deep/in.txt", 3)]
+    assert all(f["uri"].endswith("/files/" + f["path"]) for f in data["files"])
 
 
 # ----- tools -------------------------------------------------------------------------------------

@@ -151,7 +151,22 @@ async def test_the_seed_examples_that_need_no_internet_run_on_the_default_runner
     files = await run(client, language="python", code=SEED_FILES)
     assert files["success"], files["error"]
     assert files["output"] == "Processing complete!\nTotal: 42\n\n"
-    assert files["files"] == [{"path": "results.txt", "size": 31}]
+    assert [(f["path"], f["size"]) for f in files["files"]] == [("results.txt", 31)]
     scraping = await run(client, language="python", packages=["beautifulsoup4"], code=SEED_SCRAPING_OFFLINE)
     assert scraping["success"], scraping["error"]
     assert scraping["output"] == "Page title: Example Domain\n"
+
+
+async def test_a_file_the_script_leaves_is_a_link_read_back_over_stdio_and_its_png_comes_inline(client: Client) -> None:
+
+    from mcp.types import ImageContent, ResourceLink, TextResourceContents
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+    code = f"import base64\nopen('dot.png', 'wb').write(base64.b64decode({png!r}))\nopen('n.txt', 'w').write('hi')"
+    with anyio.fail_after(300):
+        result = await client.call_tool("execute_code", {"language": "python", "runner": "cpython", "code": code})
+        links = {b.name: b for b in result.content if isinstance(b, ResourceLink)}
+        assert set(links) == {"dot.png", "n.txt"}, result.structured_content
+        assert [b.data for b in result.content if isinstance(b, ImageContent)] == [png]
+        text = (await client.read_resource(str(links["n.txt"].uri))).contents[0]
+    assert isinstance(text, TextResourceContents) and text.text == "hi"

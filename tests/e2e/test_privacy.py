@@ -707,7 +707,8 @@ async def test_a_servers_env_secret_and_api_keys_are_secret_wherever_the_script_
     data = await run(alice, code)
     assert data["success"], data["error"]
     assert data["output"] == f"{SECRET}\nlength {len(CRM_TOKEN)} True\n{SECRET}\n"  # the script saw the real one
-    assert data["files"] == [{"path": f"key-{SECRET}.txt", "size": 1}]
+    assert [(f["path"], f["size"]) for f in data["files"]] == [(f"key-{SECRET}.txt", 1)]
+    assert CRM_TOKEN not in str(data["files"]) and "%5BSECRET%5D" in data["files"][0]["uri"]  # its link: masked too
     assert data["returnValue"] == {SECRET: "as a key", "value": SECRET, "ledger": SECRET}  # pii "off": still
 
 

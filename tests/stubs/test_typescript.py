@@ -211,7 +211,8 @@ def test_a_selection_renders_only_the_named_servers() -> None:
     fs = index.server("fs")
     assert fs is not None
     source = render_module(index, {"fs": fs.tools})
-    assert "/** Files (1 tools) */\ndeclare const fs: {\n  /** Read. */\n  read(args?: Record<string, never>)" in source
+    declared = "declare const fs: ServerExtras & {\n  /** Read. */\n  read(args?: Record<string, never>)"
+    assert "/** Files (1 tools) */\n" + declared in source
     assert "declare const mem" not in source
 
 

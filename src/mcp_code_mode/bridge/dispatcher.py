@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 
-from ..downstream.pool import ToolPool
+from ..downstream.pool import SERVER_CALLS, ToolPool
 from ..downstream.tools import ToolInfo
 from ..errors import DownstreamError
 from ..stubs.index import StubIndex, ToolSpec
@@ -226,7 +226,7 @@ class ToolDispatcher:
         those, so no spelling gets around a policy."""
         spec = self._specs.get((server, tool))
         if spec is None:  # the index does not change during a run: each spelling of a tool is looked up once
-            spec = self.index.tool(server, tool)
+            spec = self.index.tool(server, tool) or self._server_call(server, tool)
             if spec is not None:  # (the names of no tool are not kept: a script could send any number)
                 self._specs[server, tool] = spec
         real_server, real_tool = (spec.server, spec.name) if spec else (server, tool)
@@ -267,6 +267,8 @@ class ToolDispatcher:
             try:
                 await _take(self._slots)
                 try:
+                    if real_tool in SERVER_CALLS and self.pool.find(real_server, real_tool) is None:  # not a tool
+                        return await self._answer_server_call(real_server, real_tool, arguments, record, where)
                     result = await self.pool.call_tool(real_server, real_tool, arguments)
                 finally:
                     self._slots.release()
@@ -292,6 +294,30 @@ class ToolDispatcher:
         finally:
             record.ms = (time.perf_counter() - started) * 1000
             self._observed(record, arguments)
+
+    def _server_call(self, server: str, op: str) -> ToolSpec | None:
+        """A server's resources or prompts (``SERVER_CALLS``) as a call the gate decides like a tool's (its policy
+        sees the reserved name, e.g. ``resources/read``), or None when ``op`` is not one or there is no server."""
+        if op not in SERVER_CALLS:
+            return None
+        spec = self.index.server(server)
+        if spec is None or self.index.unavailable_reason(spec) is not None:
+            return None
+        info = ToolInfo(spec.name, op, "", {"type": "object"}, None, annotations={"readOnlyHint": True})
+        return ToolSpec(info=info, namespace=spec.namespace, func=op, params=())
+
+    async def _answer_server_call(
+        self, server: str, op: str, arguments: dict[str, Any], record: ToolCallRecord, where: dict[str, str]
+    ) -> dict[str, Any]:
+        try:
+            value = await self.pool.server_call(server, op, arguments)
+        except ValueError as exc:
+            record.error = f"{op}: {exc}"
+            return {"error": {"message": record.error, **where}}
+        record.ok = True
+        if self.privacy is not None:  # what a resource or prompt holds is noted like a tool's result
+            await anyio.to_thread.run_sync(self.privacy.harvest, server, value)
+        return {"value": value}
 
     def _unknown(self, server: str, tool: str) -> str:
         spec = self.index.server(server)

@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 import anyio
 
 from ..errors import ProtocolError
-from .messages import Call, Output, Progress, parse_run_message
+from .messages import Call, FilePart, Image, Output, Progress, parse_run_message
 from .outcome import ErrorDetail, RunResult
 
 
@@ -63,6 +63,19 @@ class CallHandler(Protocol):
     way to the run, and with ``everything=True`` once the run is over, before ``serve_run`` returns."""
 
     async def handle(self, server: str, tool: str, arguments: Any, line: int | None = None) -> dict[str, Any]: ...
+
+
+class FileSink(Protocol):
+    """Where a run's ``file`` and ``image`` messages go (``artifacts.RunFiles``): it counts what arrives and
+    keeps only what its caps allow; it never raises for what the run sent."""
+
+    def caps(self) -> dict[str, int]:
+        """What the run message tells the sandbox (``artifacts``), so that it sends nothing over a cap."""
+        ...
+
+    def write(self, path: str, data: bytes, end: bool) -> None: ...
+
+    def show(self, data: bytes, mime_type: str) -> None: ...
 
 
 Ended = Literal["done", "closed", "timeout", "refused"]
@@ -162,10 +175,12 @@ async def serve_run(
     clock: RunClock | None = None,
     on_progress: ProgressSink | None = None,
     run: int | None = None,
+    files: FileSink | None = None,
 ) -> HostRun:
     """Serve one run until its ``done``, its channel's end, a malformed message or ``timeout`` seconds (plus
     the time ``clock`` stood still); at most ``max_calls`` tool calls are answered at once; the run's
-    ``progress`` reports go to ``on_progress`` (coalesced, capped).
+    ``progress`` reports go to ``on_progress`` (coalesced, capped); its files and shown images to ``files``
+    (ignored without one).
 
     ``run``: the number of a session's run; a ``done`` that does not echo it (a previous run's, sent late by
     something that run left running) is ignored."""
@@ -226,6 +241,12 @@ async def serve_run(
                     elif isinstance(message, Progress):
                         if relay is not None:
                             relay.put(message)
+                    elif isinstance(message, FilePart):
+                        if files is not None:
+                            files.write(message.path, message.data, message.end)
+                    elif isinstance(message, Image):
+                        if files is not None:
+                            files.show(message.data, message.mime_type)
                     elif isinstance(message, Call):
                         if last_id is not None and message.id <= last_id:
                             raise ProtocolError(

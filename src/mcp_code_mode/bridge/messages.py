@@ -6,8 +6,9 @@ Two channels connect the host and a worker:
   the pid of the child it forked for the next run) and ``exit`` (how that child ended), and the
   host's ``prepare`` and ``run``. A worker that runs user code itself (Deno, Pyodide) says ``ready``
   once, before any user code ran, and is never given a second run.
-- the **run channel**, which the script can write on: only ``call``, ``output``, ``progress`` and one
-  ``done``, parsed by ``parse_run_message``. Everything on it is untrusted input about this run alone; any
+- the **run channel**, which the script can write on: only ``call``, ``output``, ``progress``, ``file``,
+  ``image`` and one ``done``, parsed by ``parse_run_message``. Everything on it is untrusted input about this run
+  alone; any
   other op, a field of the wrong type, or a value nested deeper than ``MAX_DEPTH`` ends the run with
   ``ProtocolError``. The host answers a ``call`` with ``result`` (``value`` or ``error``).
 
@@ -18,6 +19,9 @@ worker → host (run channel)::
     {"op": "output", "data": "..."}
     {"op": "progress", "done": 3, "total": 10, "message": "page 3"}   total and message may be null; the
                                                    host coalesces and caps them (``serve_run``)
+    {"op": "file", "path": "out/a.png", "data": "<base64>", "end": false}   a workspace file's bytes, in
+                                                   chunks sent one file after another (``end`` on its last)
+    {"op": "image", "data": "<base64>", "mimeType": "image/png"}            ``show(...)``: an image for the result
     {"op": "done", "success": true, "returnValue": ..., "error": null, "files": [...], "dropped": 0}
 
 host → worker::
@@ -29,6 +33,8 @@ host → worker::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import posixpath
 from dataclasses import dataclass, field
@@ -86,7 +92,25 @@ class Progress:
     message: str | None = None
 
 
-RunMessage = Call | Output | Progress | Done
+@dataclass(frozen=True)
+class FilePart:
+    """Bytes of a file the run left in its workspace (a chunk; ``end`` on a file's last one). The path is
+    checked here (relative, normalized, no ``..``, no control characters); nothing else of it is believed."""
+
+    path: str
+    data: bytes
+    end: bool
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image the script sent with ``show(...)``: its bytes and the MIME type it claims (checked by the host)."""
+
+    data: bytes
+    mime_type: str
+
+
+RunMessage = Call | Output | Progress | Done | FilePart | Image
 
 
 def depth_within(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -168,6 +192,25 @@ def _relative(path: str) -> bool:
     return ".." not in posixpath.normpath(path).split("/")
 
 
+def normalized_path(path: str) -> str | None:
+    """A workspace path as the host keeps it (``a/./b`` is ``a/b``), or None when it is not a plain relative
+    path inside the workspace."""
+    if not _relative(path):
+        return None
+    clean = posixpath.normpath(path)
+    return None if clean in ("", ".") or clean.startswith("/") else clean
+
+
+def _base64(message: dict[str, Any]) -> bytes:
+    data = message.get("data")
+    if not isinstance(data, str):
+        raise ProtocolError(f"the run sent a {message.get('op')!r} whose 'data' is not a string")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(f"the run sent a {message.get('op')!r} whose 'data' is not base64") from None
+
+
 def parse_run_message(message: dict[str, Any]) -> RunMessage:
     """A message from a run's channel, checked; ``ProtocolError`` for anything else."""
     op = message.get("op")
@@ -205,5 +248,14 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
         number = message.get("run")
         run = number if isinstance(number, int) and not isinstance(number, bool) else None
         return Done(success, value, _error(message.get("error")), _files(message.get("files")), dropped or 0, run)
+    if op == "file":
+        path = normalized_path(_text(message, "path") or "")
+        if path is None:
+            raise ProtocolError(f"the run sent a 'file' with an invalid path: {str(message.get('path'))[:200]!r}")
+        return FilePart(path, _base64(message), message.get("end") is True)
+    if op == "image":
+        mime = _text(message, "mimeType", limit=100)
+        assert mime is not None
+        return Image(_base64(message), mime)
     shown = op if isinstance(op, str) and len(op) < 40 else type(op).__name__
     raise ProtocolError(f"the run sent a message the bridge does not know (op {shown!r})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class ErrorDetail(BaseModel):
@@ -33,9 +33,25 @@ class ErrorDetail(BaseModel):
 class FileEntry(BaseModel):
     """A file the script left in its workspace. ``FileEntry("out.txt", 5)`` or by keyword."""
 
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
     path: str
     """Relative to the run's workspace."""
     size: int
+    """Bytes: the host's count of what it kept, else what the sandbox listed."""
+    uri: str | None = None
+    """``code-mode://runs/<hash>/files/<path>``: the kept file, for ``resources/read`` (its client only)."""
+    mime_type: str | None = Field(
+        default=None, validation_alias=AliasChoices("mimeType", "mime_type"), serialization_alias="mimeType"
+    )
+    dropped: str | None = None
+    """Why the file was not kept: the cap that refused it (``CODE_MODE_ARTIFACT_MAX_FILE_MB``, ...)."""
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # ``uri``, ``mimeType`` and ``dropped`` appear only when they say something.
+        out = handler(self)
+        return {k: v for k, v in out.items() if v is not None} if isinstance(out, dict) else out
 
     def __init__(self, path: str, size: int, **extra: Any) -> None:
         super().__init__(path=path, size=size, **extra)
@@ -88,6 +104,12 @@ class PlanResult(BaseModel):
     error: str | None = None
 
 
+class ShownImage(BaseModel):
+    # An image for the result's image content: base64 data and a checked MIME type.
+    data: str
+    mime_type: str
+
+
 class RunResult(BaseModel):
     """The outcome of one ``execute_code`` call (also its MCP output schema)."""
 
@@ -130,6 +152,8 @@ class RunResult(BaseModel):
         default=None, validation_alias=AliasChoices("sessionId", "session_id"), serialization_alias="sessionId"
     )
     """The session the run ran in (``execute_code(session=...)``); None for a fresh run."""
+    images: list[ShownImage] = Field(default_factory=list[ShownImage], exclude=True)
+    """Images for the result's content (``show()``, small image artifacts); not in the structured content."""
 
 
 def failed(type_: str, message: str, line: int | None = None) -> RunResult:
@@ -137,4 +161,4 @@ def failed(type_: str, message: str, line: int | None = None) -> RunResult:
     return RunResult(success=False, error=ErrorDetail(type_, message, line))
 
 
-__all__ = ["ErrorDetail", "FileEntry", "RunResult", "failed"]
+__all__ = ["ErrorDetail", "FileEntry", "RunResult", "ShownImage", "failed"]

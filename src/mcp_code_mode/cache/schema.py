@@ -163,6 +163,26 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (name, version)
     );
     """,
+    # 7: the artifacts (``artifacts.ArtifactStore``),
+    # files runs left, kept on disk under ``<cache root>/artifacts/<file>`` (a name the host chose), each readable
+    # by the client that made the run (``client``) as ``code-mode://runs/<run_hash>/files/<path>`` until
+    # ``expires_at``; ``path`` is the name the client was shown (masked by privacy).
+    """
+    CREATE TABLE IF NOT EXISTS artifacts (
+        id INTEGER PRIMARY KEY,
+        run_hash TEXT NOT NULL,
+        client TEXT NOT NULL,
+        path TEXT NOT NULL,
+        file TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mime TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        UNIQUE (client, run_hash, path)
+    );
+    CREATE INDEX IF NOT EXISTS artifacts_expires ON artifacts(expires_at);
+    CREATE INDEX IF NOT EXISTS artifacts_created ON artifacts(created_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,7 +15,7 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
@@ -338,6 +338,41 @@ class ToolPool:
             DownstreamError: unknown server, a timeout, or an error from the server's protocol layer.
             ServerUnavailable: the server is disabled, could not be started, or died during the call.
         """
+        return await self._request(server, tool, lambda client: client.call_tool(tool, arguments or {}))
+
+    async def server_call(self, server: str, op: str, arguments: dict[str, Any]) -> Any:
+        """One of ``SERVER_CALLS`` (a server's resources and prompts, what ``srv.read_resource(uri)`` asks), as
+        MCP's result in JSON: ``{"resources": [...]}``, ``{"contents": [...]}`` (a binary resource's ``blob`` is
+        base64, with its ``mimeType``), ``{"prompts": [...]}``, ``{"description", "messages"}``. ``ValueError``
+        for arguments of the wrong type; raises as ``call_tool`` does."""
+
+        async def call(client: Client) -> Any:
+            if op == "resources/read":
+                return await client.read_resource(_string(arguments, "uri"))
+            if op == "prompts/get":
+                given = arguments.get("arguments") or {}
+                if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+                    raise ValueError("a prompt's arguments are an object of strings")
+                return await client.get_prompt(_string(arguments, "name"), {str(k): v for k, v in given.items()})
+            listed: list[Any] = []
+            cursor: str | None = None
+            key = "resources" if op == "resources/list" else "prompts"
+            for _ in range(MAX_PAGES):
+                page = await (client.list_resources if key == "resources" else client.list_prompts)(cursor=cursor)
+                listed.extend(page.resources if isinstance(page, types.ListResourcesResult) else page.prompts)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return {key: listed}
+
+        if op not in SERVER_CALLS:
+            raise ValueError(f"not a server call: {op!r}")
+        result = await self._request(server, op, call)
+        return _jsonable(result)
+
+    async def _request(self, server: str, tool: str, send: Callable[[Client], Awaitable[Any]]) -> Any:
+        """``send`` on the server's client session, once the server is ready, within its timeout (``tool`` names
+        the request in errors)."""
         entry = self._servers.get(server)
         if entry is None:
             known = ", ".join(sorted(self._servers)) or "none"
@@ -361,7 +396,7 @@ class ToolPool:
         entry.calls += 1
         try:
             with anyio.fail_after(timeout):
-                return await client.call_tool(tool, arguments or {})
+                return await send(client)
         except TimeoutError:
             raise DownstreamError(server, f"tool {tool!r} did not answer within {timeout:g} s") from None
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError) as exc:
@@ -374,3 +409,27 @@ class ToolPool:
                 ) from None
             message = exc.error.message if isinstance(exc, MCPError) else str(exc)
             raise DownstreamError(server, f"{tool!r} failed: {message}") from None
+
+
+SERVER_CALLS = ("resources/list", "resources/read", "prompts/list", "prompts/get")
+"""What a script may ask a server besides its tools (``srv.list_resources()``, ``srv.read_resource(uri)``,
+``srv.list_prompts()``, ``srv.get_prompt(name, arguments)``): reserved names no MCP tool can have (a ``/``)."""
+MAX_PAGES = 20
+"""Pages of a server's resources or prompts read for one listing."""
+
+
+def _string(arguments: dict[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} must be a non-empty string")
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return value

@@ -98,7 +98,8 @@ class CacheStage:
                 output=result.output,
                 return_value=result.return_value,
                 truncated=result.truncated,
-                files=[{"path": f.path, "size": f.size} for f in result.files],
+                files=[{"path": f.path, "size": f.size} for f in result.files]
+                + [{"path": "(shown image)", "size": len(i.data)} for i in result.images],  # never replayed
                 tools=tools,
                 tool_calls=result.tool_calls,
                 network=self.used_network(plan, result),

@@ -25,7 +25,8 @@ from typing import Any
 import anyio
 
 from ..admission import Admission
-from ..bridge import CallEntry, ErrorDetail, PlanResult, Progress, RunClock, RunResult, ToolDispatcher
+from ..artifacts import ArtifactLimits, ArtifactStore, RunFiles, Staged
+from ..bridge import CallEntry, ErrorDetail, FileEntry, PlanResult, Progress, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
@@ -50,7 +51,7 @@ from ._environment import prepare
 from ._gate import RunGate, RunMode
 from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
-from ._request import NetworkRequest, plan_run, resolve, validate_packages
+from ._request import NetworkRequest, RunPlan, plan_run, resolve, validate_packages
 from ._runners import RunnerHosts, eager_names
 from ._sessions import Session, SessionBook
 from ._stubs import STUB_LANGUAGES, StubBook
@@ -140,6 +141,9 @@ class CodeMode:
             max_per_client=settings.max_sessions_per_client,
         )
         """Open sessions (``execute(session=...)``), their owners and caps."""
+        self.artifact_limits = ArtifactLimits.from_settings(settings)
+        self.artifacts: ArtifactStore | None = None
+        """Files runs left, kept for ``CODE_MODE_ARTIFACT_TTL_S`` (None when they cannot be kept here)."""
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -156,6 +160,7 @@ class CodeMode:
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
         await anyio.to_thread.run_sync(self._open_skills)
+        await anyio.to_thread.run_sync(self._open_artifacts)
         if self.settings.pii_vault == "database":
             await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
         stack = contextlib.AsyncExitStack()
@@ -244,6 +249,8 @@ class CodeMode:
 
     def _close_stores(self) -> None:
         self.scripts.close()
+        if self.artifacts is not None:
+            self.artifacts.close()
         if self._audit_writer is not None:
             self._audit_writer.close()
         if self.audit is not None:
@@ -280,6 +287,23 @@ class CodeMode:
             return info.schema_hash
         entry = self.pool.servers.get(server)
         return None if entry is None or entry.state == "ready" else ""
+
+    def _keep_files(self, client: str, result: RunResult, pairs: list[tuple[FileEntry, Staged | None]]) -> None:
+        """Keep a run's staged files as its artifacts (links in its entries), and inline the small images."""
+        assert self.artifacts is not None
+        self.artifacts.keep(client, result.hash, pairs)
+        result.images += self.artifacts.inline(client, result.hash, [e for e, _ in pairs], result.images)
+
+    def _open_artifacts(self) -> None:
+        if self.artifact_limits.max_file <= 0 or self.artifact_limits.max_files <= 0:
+            return
+        try:
+            self.artifacts = ArtifactStore(
+                self.settings.cache_root() / "artifacts", self.scripts.path, self.artifact_limits
+            )
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("artifacts are off: %s cannot be used: %s", self.scripts.path, exc)
+            self.artifacts = None
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -543,41 +567,88 @@ class CodeMode:
                     "answer"
                 )
             held.busy = True
+        files = RunFiles(self.artifacts.staging(), self.artifact_limits) if self.artifacts is not None else None
+        request = dataclasses.replace(request, files=files)
         try:
-            async with self.admission.slot(client, settings.limit_memory_mb, queued):
-                if session == "new":
-                    opener = chosen
-                    assert isinstance(opener, SessionRunner)
-                    held = await self.sessions.open(
-                        client, chosen.name, plan.language, lambda: opener.open_session(request)
-                    )
-                    held.busy = True
-                    held.packages, held.network = packages, allow_networking
-                async with approver.running() if approver is not None else contextlib.nullcontext():
-                    in_session = held
-                    result = await reporting(
-                        lambda: (
-                            in_session.handle.run(request, dispatcher)
-                            if in_session is not None
-                            else chosen.run(request, dispatcher)
-                        ),
-                        on_progress,
-                        lambda: len(dispatcher.calls),
-                        started=started,
-                        interval=settings.progress_interval_ms / 1000,
-                    )
-                    if stream is not None:
-                        await stream.flush(cut=result.truncated)
-        finally:
+            try:
+                async with self.admission.slot(client, settings.limit_memory_mb, queued):
+                    if session == "new":
+                        opener = chosen
+                        assert isinstance(opener, SessionRunner)
+                        held = await self.sessions.open(
+                            client, chosen.name, plan.language, lambda: opener.open_session(request)
+                        )
+                        held.busy = True
+                        held.packages, held.network = packages, allow_networking
+                    async with approver.running() if approver is not None else contextlib.nullcontext():
+                        in_session = held
+                        result = await reporting(
+                            lambda: (
+                                in_session.handle.run(request, dispatcher)
+                                if in_session is not None
+                                else chosen.run(request, dispatcher)
+                            ),
+                            on_progress,
+                            lambda: len(dispatcher.calls),
+                            started=started,
+                            interval=settings.progress_interval_ms / 1000,
+                        )
+                        if stream is not None:
+                            await stream.flush(cut=result.truncated)
+            finally:
+                if held is not None:
+                    held.busy = False
+                    held.used = time.monotonic()
+                    self.sessions.ended(held)
             if held is not None:
-                held.busy = False
-                held.used = time.monotonic()
-                self.sessions.ended(held)
-        if held is not None:
-            held.runs += 1
-            result.session_id = held.id
-            if held.handle.ended is not None and result.error is not None:
-                result.error.message += f" (the session has ended: {held.handle.ended})"
+                held.runs += 1
+                result.session_id = held.id
+                if held.handle.ended is not None and result.error is not None:
+                    result.error.message += f" (the session has ended: {held.handle.ended})"
+            return await self._finish(
+                result,
+                plan,
+                chosen,
+                prepared.install_ms,
+                privacy,
+                dispatcher,
+                files,
+                keyed,
+                description,
+                client,
+                run_id,
+                gate,
+                mode,
+            )
+        finally:
+            if files is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(files.discard)  # what was kept has been moved out of it
+
+    async def _finish(
+        self,
+        result: RunResult,
+        plan: RunPlan,
+        chosen: Runner,
+        install_ms: int,
+        privacy: RunPrivacy,
+        dispatcher: ToolDispatcher,
+        files: RunFiles | None,
+        keyed: Keyed,
+        description: str | None,
+        client: str,
+        run_id: str,
+        gate: RunGate,
+        mode: RunMode,
+    ) -> RunResult:
+        """After a run: its files and images, the mask, what it called, the store, its artifacts, the audit."""
+        settings = self.settings
+        pairs = files.entries(result.files) if files is not None else []
+        if files is not None:
+            result.files = [entry for entry, _ in pairs]
+            result.images = list(files.images)
+            if files.refused_images:
+                result.output += "".join(f"\n[show() refused: {reason}]" for reason in files.refused_images)
         if len(result.output) > OFF_LOOP_CHARS:  # a large output is masked off the event loop
             await anyio.to_thread.run_sync(masked, privacy, result)
         else:
@@ -588,11 +659,19 @@ class CodeMode:
             CallEntry(server=c.server, tool=c.tool, decision=c.decision, ms=round(c.ms))
             for c in dispatcher.calls[:MAX_CALLS_SHOWN]
         ]
-        result.install_time = prepared.install_ms
+        result.install_time = install_ms
         result.cached = False
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
         pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
         result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
+        if files is not None and pairs and self.artifacts is not None:
+            try:
+                await anyio.to_thread.run_sync(self._keep_files, client, result, pairs)
+            except (OSError, sqlite3.Error) as exc:  # the run's answer still goes out, without links
+                logger.warning("a run's files could not be kept: %s", exc)
+                for entry, staged in pairs:
+                    if staged is not None:
+                        entry.uri, entry.dropped = None, "not kept: the artifact store failed"
         if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
             # Every call of the run is committed before the run is answered (the writer batches them).
             await anyio.to_thread.run_sync(self._audit_writer.flush)

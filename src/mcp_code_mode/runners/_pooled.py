@@ -272,7 +272,8 @@ class WorkerPools:
                     # The gate opens before the run's message goes out and closes, with every connection it
                     # carried, when the run's channel is done: the next run of this worker starts with none.
                     await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
-                await worker.send({**self.dialect.run_message(request, worker), **extra})
+                caps = {"artifacts": request.files.caps()} if request.files is not None else {}
+                await worker.send({**self.dialect.run_message(request, worker), **extra, **caps})
                 worker.stubs_version = request.stubs.version
                 hosted = await serve_run(
                     channel,
@@ -283,6 +284,7 @@ class WorkerPools:
                     max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
                     clock=request.clock,
                     on_progress=request.on_progress,
+                    files=request.files,
                 )
             result = hosted.outcome
             if log is not None:
@@ -361,6 +363,7 @@ class WorkerPools:
                     clock=request.clock,
                     on_progress=request.on_progress,
                     run=number,
+                    files=request.files,
                 )
             result = hosted.outcome
             if log is not None:

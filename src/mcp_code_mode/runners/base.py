@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..bridge import ErrorDetail, FileEntry, ProgressSink, RunClock, RunResult, ToolDispatcher
+from ..bridge.host import FileSink
 from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ class RunRequest:
     """Receives the script's ``report_progress`` figures, at the host's pace (``bridge.serve_run``)."""
     session_memory_mb: int | None = None
     """Set for a session's runs: the memory its worker may use (the whole session's, set at its first run)."""
+    files: FileSink | None = None
+    """Where the run's workspace files and shown images go (the engine's ``artifacts.RunFiles``); None keeps none:
+    the run message then carries no ``artifacts`` caps and the sandbox sends no file's bytes."""
 
 
 PackageKind = Literal["none", "environment", "self"]

@@ -52,8 +52,11 @@ import {
   type RunMessage,
   type SkillSpec,
   RUNTIME_URL,
+  sendFiles,
+  Shower,
   ToolChannel,
   ToolError,
+  type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
 // ----- what the bridge uses, captured before any script runs ----------------------------------
@@ -63,6 +66,13 @@ const parse = JSON.parse;
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const realExit: (code?: number) => never = Deno.exit;
+const realLstat = Deno.lstatSync;
+const realOpen = Deno.openSync;
+const workspace: WorkspaceFiles = {
+  lstat: (path) => realLstat(path),
+  open: (path) => realOpen(path, { read: true }),
+};
+let caps: RunMessage["artifacts"] = null;
 const realSetTimeout = setTimeout;
 const realClearTimeout = clearTimeout;
 const unrefTimer = Deno.unrefTimer;
@@ -209,9 +219,22 @@ function probed(key: string | symbol, target: object): boolean {
   return typeof key === "symbol" || PROBED.has(key) || key in target;
 }
 
+/** What a server's object has besides its tools (a tool of the same name wins): its resources and prompts,
+ * asked with reserved names no MCP tool can have. */
+const SERVER_CALLS: Record<string, (namespace: string) => (...args: unknown[]) => Promise<unknown>> = {
+  list_resources: (ns) => () => callTool(ns, "resources/list", {}),
+  read_resource: (ns) => (uri) => callTool(ns, "resources/read", { uri }),
+  list_prompts: (ns) => () => callTool(ns, "prompts/list", {}),
+  get_prompt: (ns) => (name, args) => callTool(ns, "prompts/get", args === undefined ? { name } : { name, arguments: args }),
+};
+
 /** A server's namespace: its tools, and for any other name a function that says which tools there are. */
 function toolNamespace(namespace: string, names: string[]): object {
   const object = {};
+  for (const [name, make] of Object.entries(SERVER_CALLS)) {
+    // Not enumerable: the namespace lists (Object.keys, console.log) its tools only.
+    if (!names.includes(name)) Object.defineProperty(object, name, { value: make(namespace), writable: true, configurable: true });
+  }
   for (const name of names) {
     define(object, name, { [name]: (args?: unknown) => callTool(namespace, name, args) }[name]);
   }
@@ -437,8 +460,11 @@ function finish(success: boolean, error: ErrorJson | null = null): void {
   // its first `max_output` characters of JSON, as the cpython runner cuts it, and the run is truncated.
   const { value, cut } = success ? encodeValue(returnValue, output.cap, inspect) : { value: null, cut: false };
   const dropped = output.dropped + (cut ? 1 : 0);
+  const files = listFiles();
   progress.flush(); // the last report goes out before done
-  const done: Message = { op: "done", success, returnValue: value, error, dropped, files: listFiles() };
+  output.flush();
+  sendFiles(files, caps, workspace, (message) => writer.send(message)); // before done: the host keeps what arrives
+  const done: Message = { op: "done", success, returnValue: value, error, dropped, files };
   if (runNumber !== null) done.run = runNumber;
   output.flush(done);
 }
@@ -499,8 +525,11 @@ async function run(message: RunMessage): Promise<void> {
   Deno.permissions.revokeSync({ name: "sys", kind: "inspector" } as unknown as Deno.PermissionDescriptor);
   output.reset(message.max_output);
   unavailable = message.unavailable;
+  caps = message.artifacts;
   defineTools(message.functions);
   defineSkills(message.skills);
+  const shower = new Shower(caps, workspace, (m) => output.flush(m));
+  if (!Object.hasOwn(globalThis, "show")) define(globalThis, "show", (image: unknown) => shower.show(image)); // a server named show wins
   const loaded = new Map<string, Record<string, unknown>>();
   phase = "running";
   try {
@@ -598,6 +627,9 @@ async function runInSession(message: RunMessage, first: boolean): Promise<void> 
   unavailable = message.unavailable;
   defineTools(message.functions);
   defineSkills(message.skills);
+  caps = message.artifacts;
+  const shower = new Shower(caps, workspace, (m) => output.flush(m)); // a new one per run: its caps are the run's
+  if (!Object.hasOwn(message.functions, "show")) define(globalThis, "show", (image: unknown) => shower.show(image));
   phase = "running";
   try {
     for (const { name, specifier } of message.packages) {

@@ -60,6 +60,7 @@ from cm_runtime import (
     FinalAnswer,
     OutputBuffer,
     ProgressReports,
+    Shower,
     ToolCalls,
     ToolError,
     define_compiled,
@@ -366,8 +367,19 @@ _session_globals: dict[str, Any] = {}
 """A session's globals, kept from run to run (``run(..., keep=True)``)."""
 
 
+def _send_image(message: dict[str, Any]) -> None:
+    if _output is not None:
+        _output.flush()
+    _bridge("image", str(message.get("data")), str(message.get("mimeType")))
+
+
 def run(
-    code: str, namespaces_json: str, max_output: int = DEFAULT_MAX_OUTPUT, keep: bool = False, skills: Any = None
+    code: str,
+    namespaces_json: str,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    keep: bool = False,
+    skills: Any = None,
+    artifacts_json: str = "null",
 ) -> str:
     """Run one script in this interpreter; the ``done`` fields as JSON.
 
@@ -392,6 +404,7 @@ def run(
             "final_answer": final_answer,
             "parallel": parallel,
             "report_progress": report_progress,
+            "show": Shower(_send_image, _loads(artifacts_json), WORKSPACE),
         }
     )
     for name in _loads(namespaces_json):
@@ -550,7 +563,8 @@ def _run_message(message: dict[str, Any]) -> str:
     cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_MAX_OUTPUT
     keep = message.get("session") is True
     namespaces = _dumps(message.get("namespaces") or [])
-    return run(str(message.get("code") or ""), namespaces, cap, keep, message.get("skills"))
+    artifacts = _dumps(message.get("artifacts"))
+    return run(str(message.get("code") or ""), namespaces, cap, keep, message.get("skills"), artifacts)
 
 
 def session_run(line: str) -> str:

@@ -42,14 +42,25 @@ import {
   parseMessage,
   parseRunMessage,
   progressReport,
+  type RunMessage,
   RUNTIME_URL,
+  sendFiles,
   ToolChannel,
+  type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const exit: (code?: number) => never = Deno.exit.bind(Deno);
 const revokePermission = Deno.permissions.revokeSync.bind(Deno.permissions);
+const realLstat = Deno.lstatSync;
+const realOpen = Deno.openSync;
+// The workspace as this worker reads it (the script's /workspace is mounted on it): for the run's files.
+const workspace: WorkspaceFiles = {
+  lstat: (path) => realLstat(path),
+  open: (path) => realOpen(path, { read: true }),
+};
+let caps: RunMessage["artifacts"] = null;
 const jsonStringify = JSON.stringify;
 const jsonParse = JSON.parse;
 const isArray = Array.isArray;
@@ -104,6 +115,14 @@ function bridgeCall(op: unknown, a: unknown, b: unknown, c: unknown, d?: unknown
     const figures = typeof a === "string" ? parseMessage(a) : null;
     const report = figures ? progressReport(figures.done, figures.total, figures.message) : "not a report";
     if (typeof report !== "string") output.flush(report);
+    return undefined;
+  }
+  if (op === "image") {
+    // show(): the prelude checked the image; the host checks it again. Only its size is bounded here.
+    const limit = Math.ceil(((caps?.max_image ?? 0) * 4) / 3) + 4;
+    if (typeof a === "string" && typeof b === "string" && a.length <= limit && b.length <= 100) {
+      output.flush({ op: "image", data: a, mimeType: b });
+    }
     return undefined;
   }
   if (op === "receive") {
@@ -421,6 +440,7 @@ async function runOnce(
     run = message.run;
     if (message.session) session = new Set(message.pyodide_packages);
     output.reset(message.max_output);
+    caps = message.artifacts;
     const builds = message.pyodide_packages;
     if (builds.length > 0) {
       const errors: string[] = [];
@@ -445,6 +465,8 @@ async function runOnce(
     done = { success: false, error: { type: "RunnerError", message: text } };
   }
   // `dropped`: what Python dropped (its count, a number or nothing), what was dropped here, a cut value.
+  output.flush();
+  sendFiles(done.files, caps, workspace, (m) => writer.send(m)); // before done: the host keeps what arrives
   const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
   const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
   if (run !== null) fields.run = run;

@@ -11,7 +11,9 @@
  * - `ToolChannel`: a tool call and the host's `result` line for it;
  * - `progressReport` / `ProgressReports`: a script's `report_progress`, checked, a few a second;
  * - `encodeValue` / `capJson`: a return value as JSON, cut to the output cap as cpython's is;
- * - `parseRunMessage`: the run message, checked field by field.
+ * - `parseRunMessage`: the run message, checked field by field;
+ * - `sendFiles` / `Shower`: the workspace's files and `show()`n images for the host, within the run
+ *   message's `artifacts` caps (the host counts and checks everything again).
  *
  * Everything here is built from intrinsics captured when this module is evaluated, before any script
  * runs, so a script that rewrites `JSON` or `performance` does not change what these write.
@@ -403,6 +405,15 @@ export function encodeValue(value: unknown, cap: number, inspect: (v: unknown) =
 
 // ----- the run message ------------------------------------------------------------------------------
 
+/** The run message's `artifacts`: what the host keeps (null: it keeps no files, none are sent). */
+export interface FileCaps {
+  max_file: number;
+  max_run: number;
+  max_files: number;
+  max_image: number;
+  max_shown: number;
+}
+
 export interface RunMessage {
   op: "run";
   code: string;
@@ -421,6 +432,7 @@ export interface RunMessage {
   run: number | null;
   /** the skills the run may call: each a module's source (its default export), or the host's refusal */
   skills: SkillSpec[];
+  artifacts: FileCaps | null;
 }
 
 /** A saved skill as a run message carries it (`skills.SkillBook.run_specs` on the host). */
@@ -492,6 +504,7 @@ export function parseRunMessage(message: Message): RunMessage {
   if (run !== null && (typeof run !== "number" || !Number.isSafeInteger(run))) throw new TypeError("run: not an integer");
   const skills = message.skills ?? [];
   if (!isArray(skills)) throw new TypeError("skills: not a list");
+  const artifacts = fileCaps(message.artifacts);
   return {
     op: "run",
     code,
@@ -505,5 +518,187 @@ export function parseRunMessage(message: Message): RunMessage {
     session,
     run,
     skills: skills.map((s, i) => skillSpec(s, `skills[${i}]`)),
+    artifacts,
   };
+}
+
+function fileCaps(value: unknown): FileCaps | null {
+  if (value === undefined || value === null) return null;
+  if (!isJsonObject(value)) throw new TypeError("artifacts: not an object");
+  const count = (key: string): number => {
+    const v = value[key] ?? 0;
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw new TypeError(`artifacts.${key}: not a count`);
+    return v;
+  };
+  return {
+    max_file: count("max_file"),
+    max_run: count("max_run"),
+    max_files: count("max_files"),
+    max_image: count("max_image"),
+    max_shown: count("max_shown"),
+  };
+}
+
+// ----- files and images for the host ------------------------------------------------------------------
+
+/** Bytes of a workspace file per `file` message. */
+export const FILE_CHUNK = 256 * 1024;
+const btoaReal = globalThis.btoa;
+const atobReal = globalThis.atob;
+const fromCharCode = String.fromCharCode;
+
+export function toBase64(bytes: Uint8Array): string {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoaReal(binary);
+}
+
+export function fromBase64(text: string): Uint8Array | null {
+  try {
+    const binary = atobReal(text);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  } catch {
+    return null;
+  }
+}
+
+/** The image type of `bytes` by their first bytes (png, jpeg, gif, webp), else null. */
+export function imageType(b: Uint8Array): string | null {
+  const starts = (...xs: number[]): boolean => xs.every((x, i) => b[i] === x);
+  if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)) return "image/png";
+  if (starts(0xff, 0xd8, 0xff)) return "image/jpeg";
+  if (starts(0x47, 0x49, 0x46, 0x38) && (b[4] === 0x37 || b[4] === 0x39) && b[5] === 0x61) return "image/gif";
+  if (starts(0x52, 0x49, 0x46, 0x46) && b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50) {
+    return "image/webp";
+  }
+  return null;
+}
+
+/** How the workers read the workspace (Deno's functions, captured before any script runs). */
+export interface WorkspaceFiles {
+  lstat(path: string): { isFile: boolean; isSymlink: boolean; size: number };
+  open(path: string): { readSync(p: Uint8Array): number | null; close(): void };
+}
+
+/** A plain relative path (no `..`, not absolute, no control characters). */
+export function plainPath(path: unknown): path is string {
+  if (typeof path !== "string" || path.length === 0 || path.length > 4096 || path.startsWith("/")) return false;
+  for (let i = 0; i < path.length; i++) if (path.charCodeAt(i) < 32) return false;
+  return !path.split("/").includes("..");
+}
+
+/** Send each listed file's bytes (`file` messages, in chunks) that the caps say the host keeps; nothing that
+ * is not a regular file (a symlink is not followed), and nothing without caps. */
+export function sendFiles(
+  listed: unknown,
+  caps: FileCaps | null,
+  fs: WorkspaceFiles,
+  send: (message: Message) => void,
+): void {
+  if (caps === null || !isArray(listed)) return;
+  let total = 0;
+  let count = 0;
+  for (const entry of listed) {
+    if (!isJsonObject(entry) || !plainPath(entry.path) || typeof entry.size !== "number") continue;
+    const path = entry.path;
+    if (count >= caps.max_files || entry.size > caps.max_file || total + entry.size > caps.max_run) continue;
+    try {
+      const info = fs.lstat(path);
+      if (!info.isFile || info.isSymlink) continue;
+      const file = fs.open(path);
+      try {
+        let sent = 0;
+        let chunk = readChunk(file);
+        for (;;) {
+          const following = chunk.length > 0 ? readChunk(file) : new Uint8Array(0);
+          sent += chunk.length;
+          if (sent > caps.max_file) break; // it grew past the cap: the host drops what it has of it
+          const end = following.length === 0;
+          send({ op: "file", path, data: toBase64(chunk), end });
+          if (end) {
+            total += sent;
+            count += 1;
+            break;
+          }
+          chunk = following;
+        }
+      } finally {
+        file.close();
+      }
+    } catch {
+      continue;
+    }
+  }
+}
+
+function readChunk(file: { readSync(p: Uint8Array): number | null }, size = FILE_CHUNK): Uint8Array {
+  const buffer = new Uint8Array(size);
+  let filled = 0;
+  while (filled < size) {
+    const n = file.readSync(buffer.subarray(filled));
+    if (n === null || n === 0) break;
+    filled += n;
+  }
+  return buffer.subarray(0, filled);
+}
+
+export const IMAGE_USAGE = "show() takes an image: the path of a png, jpeg, gif or webp file in the workspace, " +
+  "or an image value { type: 'image', data: <base64>, mimeType } as a tool returns it (or a list of them)";
+
+/** `show(image)`: an image for the result's content, within the caps (the host checks it again). */
+export class Shower {
+  private shown = 0;
+  constructor(
+    private readonly caps: FileCaps | null,
+    private readonly fs: WorkspaceFiles,
+    private readonly send: (message: Message) => void,
+  ) {}
+
+  show(image: unknown): void {
+    if (isArray(image)) {
+      const images = image.filter((i) => isJsonObject(i) && i.type === "image");
+      if (images.length === 0) throw new TypeError(IMAGE_USAGE);
+      for (const item of images) this.show(item);
+      return;
+    }
+    let data: Uint8Array | null;
+    let what: string;
+    if (isJsonObject(image)) {
+      if (image.type !== "image" || typeof image.data !== "string") throw new TypeError(IMAGE_USAGE);
+      data = fromBase64(image.data);
+      if (data === null) throw new TypeError("show(): the image's data is not base64");
+      what = "the image value";
+    } else if (typeof image === "string") {
+      what = image;
+      const path = image.startsWith("./") ? image.slice(2) : image;
+      if (!plainPath(path)) throw new TypeError(`show(): ${quote(image)} is not a file of the workspace`);
+      const info = this.fs.lstat(path);
+      if (!info.isFile || info.isSymlink) throw new TypeError(`show(): ${quote(image)} is not a regular file`);
+      const file = this.fs.open(path);
+      try {
+        data = readChunk(file, (this.caps?.max_image ?? 0) + 1);
+      } finally {
+        file.close();
+      }
+    } else {
+      throw new TypeError(IMAGE_USAGE);
+    }
+    const kind = imageType(data);
+    if (kind === null) throw new TypeError(`show(): ${what} is not a png, jpeg, gif or webp image`);
+    const limit = this.caps?.max_image ?? 0;
+    if (data.length > limit) {
+      throw new RangeError(`show(): ${what} is over the ${limit} bytes a shown image may have (CODE_MODE_ARTIFACT_INLINE_IMAGE_KB)`);
+    }
+    if (this.shown >= (this.caps?.max_shown ?? 0)) {
+      throw new RangeError(`show(): a run may show at most ${this.caps?.max_shown ?? 0} images`);
+    }
+    this.shown += 1;
+    this.send({ op: "image", data: toBase64(data), mimeType: kind });
+  }
+}
+
+function quote(text: string): string {
+  return stringify(text);
 }

@@ -20,8 +20,11 @@ SANDBOX_RESERVED = frozenset(
         "servers",
         "tools",
         "skills",
+        "show",
     }
 )
+SERVER_EXTRAS = ("list_resources", "read_resource", "list_prompts", "get_prompt")
+"""What every server's namespace has besides its tools (its resources and prompts); a tool of the name wins."""
 # JavaScript reserved words, and globals a namespace must not shadow (namespaces are globals under Deno).
 JS_RESERVED = frozenset(
     """break case catch class const continue debugger default delete do else enum export extends false finally

@@ -27,6 +27,8 @@ A result is the tool's structured content where it has one, else its text (parse
 parallel(lambda: srv.tool(x=i) for i in items) makes the calls at once: results in order; the first failed
 call's ToolError is raised once all are answered. Under cpython and pyodide, asyncio.gather of stub calls too.
 report_progress(done, total=None, message=None) tells the client how far the script is (MCP progress).
+Every server also has list_resources(), read_resource(uri), list_prompts() and get_prompt(name, arguments)
+(MCP's results; a tool of the same name wins). show(image_or_path) adds an image to the result.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def _namespace(server: str, *tools: str) -> Any:
         def __getattr__(cls, name: str) -> Any:
             if name.startswith("_"):
                 raise AttributeError(name)
+            if name in _SERVER_CALLS:  # no tool has this name: the server's resources or prompts
+                return _server_call(server, name)
             # Also an AttributeError: hasattr(server, "tool") answers False, as for any missing name.
             unknown = type("ToolError", (_tool_error(), AttributeError), {})
             raise unknown(f"server {server!r} has no tool {name!r} (its tools: {listed})", server, name)
@@ -51,6 +55,28 @@ def _namespace(server: str, *tools: str) -> Any:
         return _Tools(cls.__name__, cls.__bases__, body)
 
     return namespace
+
+
+_SERVER_CALLS = {
+    "list_resources": ("resources/list", ()),
+    "read_resource": ("resources/read", ("uri",)),
+    "list_prompts": ("prompts/list", ()),
+    "get_prompt": ("prompts/get", ("name", "arguments")),
+}
+
+
+def _server_call(server: str, name: str) -> Any:
+    op, params = _SERVER_CALLS[name]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(params) or set(kwargs) - set(params):
+            raise TypeError(f"{name}() takes {', '.join(params) or 'no arguments'}")
+        given = {**dict(zip(params, args)), **kwargs}
+        optional = {"arguments": given.pop("arguments", None)}
+        return _call(server, op, given, optional)
+
+    call.__name__ = name
+    return call
 
 
 def _tool_error() -> Any:

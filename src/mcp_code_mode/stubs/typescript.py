@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .index import ServerSpec, StubIndex, ToolSpec, ref_name, resolve_ref
-from .names import JS_RESERVED, TS_TYPE_RESERVED, pascal, singular
+from .names import JS_RESERVED, SERVER_EXTRAS, TS_TYPE_RESERVED, pascal, singular
 from .text import comment_text, split_top
 
 HEADER = """\
@@ -45,10 +45,22 @@ declare function callTool(server: string, tool: string, args?: object): Promise<
 declare function reportProgress(done: number, total?: number | null, message?: string | null): void;
 /** The same as `reportProgress`. */
 declare function report_progress(done: number, total?: number | null, message?: string | null): void;
+/** Add an image to the result: the path of a png, jpeg, gif or webp file in the workspace, or a tool's image value. */
+declare function show(image: string | object): void;
+
+/** What every server's object has besides its tools (MCP's results; a tool of the same name wins). */
+interface ServerExtras {
+  list_resources(): Promise<{ resources: any[] }>;
+  read_resource(uri: string): Promise<{ contents: any[] }>;
+  list_prompts(): Promise<{ prompts: any[] }>;
+  get_prompt(name: string, args?: Record<string, string>): Promise<any>;
+}
 """
 
 # Names the header declares; generated types must not take them.
-HEADER_NAMES = frozenset({"ToolError", "callTool", "reportProgress", "report_progress", "require"})
+HEADER_NAMES = frozenset(
+    {"ToolError", "callTool", "reportProgress", "report_progress", "require", "show", "ServerExtras"}
+)
 
 _PRIMITIVES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 _MAX_DEPTH = 6
@@ -265,7 +277,9 @@ def render_server(server: ServerSpec, tools: Iterable[ToolSpec] | None = None, t
     taken = taken if taken is not None else set()
     rendered = [render_tool(t, taken) for t in (server.tools if tools is None else tools)]
     summary = server.description or f"Tools of the MCP server {server.name!r}."
-    head = [*jsdoc(f"{summary} ({len(server.tools)} tools)"), f"declare const {server.namespace}: {{"]
+    taken_names = [f'"{t.func}"' for t in server.tools if t.func in SERVER_EXTRAS]
+    extras = f"Omit<ServerExtras, {' | '.join(taken_names)}>" if taken_names else "ServerExtras"
+    head = [*jsdoc(f"{summary} ({len(server.tools)} tools)"), f"declare const {server.namespace}: {extras} & {{"]
     body = "\n\n".join(r.member for r in rendered)
     block = "\n".join(head) + ("\n" + body + "\n" if body else "\n") + "};"
     return "\n\n".join([*(d for r in rendered for d in r.types), block])

@@ -39,8 +39,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cm_os import PR_SET_DUMPABLE, prctl, set_name, wipe
 from cm_protocol import Channel, Output
-from cm_runtime import DEFAULT_MAX_OUTPUT, FLUSH_SECONDS, ProgressReports, jsonable, list_files, tool_arguments
+from cm_runtime import (
+    DEFAULT_MAX_OUTPUT,
+    FLUSH_SECONDS,
+    ProgressReports,
+    Shower,
+    jsonable,
+    list_files,
+    send_files,
+    tool_arguments,
+)
 
+SERVER_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "list_resources": ("resources/list", ()),
+    "read_resource": ("resources/read", ("uri",)),
+    "list_prompts": ("prompts/list", ()),
+    "get_prompt": ("prompts/get", ("name", "arguments")),
+}
+"""What a server's namespace has besides its tools, as the Python stubs define it (a tool of the name wins)."""
 VIRTUAL_WORKSPACE = "/workspace"
 """Where the script sees its workspace (its working directory)."""
 TOOL_ERROR = "RuntimeError"
@@ -219,6 +235,12 @@ class Namespaces:
             raise ToolFailure(f"server {namespace!r} is not available: {self.unavailable[namespace]}")
         spec = self.tools.get(namespace, {}).get(func)
         server = self.server.get(namespace, namespace)
+        if spec is None and func in SERVER_CALLS:  # no tool has this name: the server's resources or prompts
+            op, params = SERVER_CALLS[func]
+            if len(args) > len(params) or set(kwargs) - set(params):
+                raise TypeError(f"{func}() takes {', '.join(params) or 'no arguments'}")
+            given = {**dict(zip(params, args, strict=False)), **kwargs}
+            return server, op, {k: v for k, v in given.items() if v is not None}
         if spec is None:  # the host says which tools there are
             return namespace, func, {**dict(enumerate(args)), **kwargs} if args else dict(kwargs)
         required: list[list[str]] = spec.get("required", [])
@@ -312,6 +334,8 @@ def error_report(pm: Any, exc: Any, filename: str, line_shift: int = 0) -> dict[
 class Runner:
     """The worker's Monty pool and the loop of one run on it."""
 
+    shower: Shower | None = None
+
     def __init__(self, pm: Any, workspace: str, binary: str | None) -> None:
         self.pm = pm
         self.workspace = workspace
@@ -372,6 +396,7 @@ class Runner:
         namespaces = self.namespaces(message)
         code = bind_loop_variables(code)
         calls = Calls(channel, output)
+        self.shower = Shower(channel.send, message.get("artifacts"), self.workspace)
         spans = awaited_spans(code)
         source = code.encode()
         filename = "<python-input-1>"
@@ -431,6 +456,12 @@ class Runner:
                 raise FinalAnswer(args[0] if args else kwargs.get("value"))
             elif name == "report_progress":
                 return snapshot.resume(_report(calls.progress, args, kwargs))
+            elif name == "show" and self.shower is not None:
+                try:
+                    self.shower(_plain(args[0] if args else kwargs.get("image")))
+                except ValueError as exc:
+                    return snapshot.resume({"exc_type": "ValueError", "message": str(exc)})
+                return snapshot.resume({"return_value": None})
             else:
                 return snapshot.resume({"exc_type": "NameError", "message": f"name {name!r} is not defined"})
             line = script_line(source, snapshot.position)
@@ -485,6 +516,7 @@ class Runner:
         result["files"] = list_files(self.workspace)
         result["dropped"] = output.dropped + (1 if cut else 0)
         output.flush()  # with the last progress report, before done
+        send_files(self.workspace, message.get("artifacts"), result["files"], channel.send)
         return result
 
 

@@ -20,9 +20,11 @@ Everything a script does with these objects stays in its own sandbox; the host c
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import math
 import os
+import stat
 import threading
 import time
 import types
@@ -312,6 +314,134 @@ def list_files(workspace: str, limit: int = MAX_FILES) -> list[dict[str, Any]]:
             if len(files) >= limit:
                 return files
     return files
+
+
+FILE_CHUNK = 256 * 1024
+"""Bytes of a workspace file per ``file`` message."""
+IMAGE_USAGE = (
+    "show() takes an image: the path of a png, jpeg, gif or webp file in the workspace, "
+    "or an image value {'type': 'image', 'data': <base64>, 'mimeType': ...} as a tool returns it (or a list of them)"
+)
+_b64encode = base64.b64encode
+_b64decode = base64.b64decode
+_open = os.open
+_read = os.read
+_close = os.close
+_fstat = os.fstat
+
+
+def _cap(caps: Any, key: str, default: int) -> int:
+    value = caps.get(key) if isinstance(caps, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+def send_files(workspace: str, caps: Any, listed: list[dict[str, Any]], send: Callable[[dict[str, Any]], None]) -> None:
+    """Send the bytes of each listed file (``file`` messages, in chunks), skipping what the run message's caps
+    (``caps``: ``max_file``, ``max_run``, ``max_files``) say the host would not keep, and anything that is not a
+    regular file (a symlink is not followed). Nothing is sent without caps (the host keeps no files)."""
+    if not isinstance(caps, dict):
+        return
+    max_file, max_run, max_files = _cap(caps, "max_file", 0), _cap(caps, "max_run", 0), _cap(caps, "max_files", 0)
+    total = count = 0
+    for entry in listed:
+        size = entry["size"]
+        if count >= max_files or size > max_file or total + size > max_run:
+            continue
+        try:
+            fd = _open(_join(workspace, entry["path"]), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(_fstat(fd).st_mode):
+                continue
+            sent = 0
+            chunk = _read(fd, FILE_CHUNK)
+            while True:
+                following = _read(fd, FILE_CHUNK) if chunk else b""
+                sent += len(chunk)
+                if sent > max_file:
+                    break  # it grew past the cap while being sent: the host drops what it has of it
+                last = not following
+                send({"op": "file", "path": entry["path"], "data": _b64encode(chunk).decode(), "end": last})
+                if last:
+                    total += sent
+                    count += 1
+                    break
+                chunk = following
+        except OSError:
+            continue
+        finally:
+            _close(fd)
+
+
+def _image_type(data: bytes) -> str | None:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+class Shower:
+    """``show(image_or_path)``: an image sent for the result's image content (``image`` messages), within the
+    run message's caps (``max_image`` bytes each, ``max_shown`` of them); the host checks each again."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], caps: Any, workspace: str) -> None:
+        self._send = send
+        self._workspace = workspace
+        self._max_image = _cap(caps, "max_image", 0)
+        self._max_shown = _cap(caps, "max_shown", 0)
+        self._shown = 0
+
+    def __call__(self, image: Any) -> None:
+        if isinstance(image, list | tuple):
+            images = [i for i in image if isinstance(i, dict) and i.get("type") == "image"]
+            if not images:
+                raise TypeError(IMAGE_USAGE)
+            for item in images:
+                self(item)
+            return
+        if isinstance(image, dict):
+            if image.get("type") != "image" or not isinstance(image.get("data"), str):
+                raise TypeError(IMAGE_USAGE)
+            try:
+                data = _b64decode(image["data"], validate=True)
+            except ValueError:
+                raise ValueError("show(): the image's data is not base64") from None
+            what = "the image value"
+        elif isinstance(image, str | os.PathLike):
+            what = os.fspath(image)
+            where = os.path.realpath(_join(self._workspace, what))
+            if not where.startswith(self._workspace.rstrip("/") + "/"):
+                raise ValueError(f"show(): {what!r} is not a file of the workspace")
+            try:
+                fd = _open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as exc:
+                raise ValueError(f"show(): cannot open {what!r}: {exc.strerror}") from None
+            try:
+                if not stat.S_ISREG(_fstat(fd).st_mode):
+                    raise ValueError(f"show(): {what!r} is not a regular file")
+                data = _read(fd, self._max_image + 1)
+            finally:
+                _close(fd)
+        else:
+            raise TypeError(IMAGE_USAGE)
+        kind = _image_type(data)
+        if kind is None:
+            raise ValueError(f"show(): {what} is not a png, jpeg, gif or webp image")
+        if len(data) > self._max_image:
+            raise ValueError(
+                f"show(): {what} is over the {self._max_image} bytes a shown image may have "
+                "(CODE_MODE_ARTIFACT_INLINE_IMAGE_KB)"
+            )
+        if self._shown >= self._max_shown:
+            raise ValueError(f"show(): a run may show at most {self._max_shown} images")
+        self._shown += 1
+        self._send({"op": "image", "data": _b64encode(data).decode(), "mimeType": kind})
 
 
 class OutputBuffer:

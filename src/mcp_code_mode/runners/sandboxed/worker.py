@@ -51,7 +51,7 @@ from cm_os import (
     yield_to_the_server,
 )
 from cm_protocol import Channel, Output
-from cm_runtime import DEFAULT_MAX_OUTPUT, ProgressReports, jsonable, list_files
+from cm_runtime import DEFAULT_MAX_OUTPUT, ProgressReports, Shower, jsonable, list_files, send_files
 
 
 def _exit_status(status: int) -> str:
@@ -138,6 +138,8 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
         tools["call_tool"] = call_tool
         tools["parallel"] = parallel
         tools["report_progress"] = report_progress
+        caps = message.get("artifacts")
+        tools.setdefault("show", Shower(run.send, caps, workspace))  # a server whose namespace is show wins
         skills = message.get("skills")
         if kind == "cpython":
             result = run_cpython(message["code"], tools, output, kept, skills)
@@ -146,10 +148,12 @@ def _child(run: Channel, kind: str, reader: int, stubs: dict[str, Any], workspac
             result = run_local(message["code"], tools, output, workspace, imports, kept, skills)
         result["returnValue"], cut = jsonable(result.pop("value", None), cap)
         result["files"] = list_files(workspace)
+        progress.flush()  # the last report goes out before done
+        output.flush()
+        send_files(workspace, caps, result["files"], run.send)  # before done: the host keeps what arrives whole
         result["dropped"] = output.dropped + (1 if cut else 0)
         if isinstance(message.get("run"), int):
             result["run"] = message["run"]
-        progress.flush()  # the last report goes out before done
         output.finish({"op": "done", **result})  # the last output and done in one write
         if not session:
             return
