@@ -155,7 +155,8 @@ def runner_choices(engine: CodeMode) -> str:
     whole summaries)."""
     parts: list[str] = []
     for f in engine.runner_facts():
-        default = f", default {'/'.join(f.default_for)}" if f.default_for else ""
+        short = {"javascript": "js", "typescript": "ts"}
+        default = f", default {'/'.join(short.get(lang, lang) for lang in f.default_for)}" if f.default_for else ""
         parts.append(f"{f.info.name} ({f.info.brief or clipped(f.info.summary, RUNNER_SUMMARY)}{default})")
     return "; ".join(parts) + "."
 

@@ -56,10 +56,9 @@ MINIMAL_INSTRUCTIONS = _INSTRUCTIONS_START + "."
 
 EXECUTE_CODE_HEAD = (
     "Run a script in a sandbox where each tool of the servers below is a function: Python "
-    "`server.tool(arg=value)`, JS/TS `await server.tool({ arg: value })`, returning the tool's "
-    "structured content or its text (parsed if JSON); a failing tool raises/throws ToolError. Print what you "
-    "need; the last expression (Python) or `export default` (JS) is returnValue; report_progress(done, total, "
-    "message) informs the client. Find tools with search_tools, "
+    "`server.tool(arg=value)`, JS/TS `await server.tool({ arg: value })`, returning its structured content "
+    "or text (JSON parsed); a failing tool raises/throws ToolError. Print what you "
+    "need; the last expression (Python) or `export default` (JS) is returnValue. Find tools with search_tools, "
     "signatures with get_tool_stubs."
 )
 MINIMAL_TOOLS = ("execute_code", "search_tools", "get_tool_stubs")
@@ -438,7 +437,7 @@ still refuses a value out of bounds, naming the bound)."""
 
 def compact_schema(schema: Any) -> Any:
     """An input schema for ``tools/list``: without ``LISTED_WITHOUT``, ``X | None`` written as ``X``, no
-    ``"default": null`` and no empty ``properties``.
+    ``"default": null``, no ``"additionalProperties": true`` (JSON Schema's default) and no empty ``properties``.
 
     ``tools/list`` is read by the model on every turn: this keeps it small. Optional parameters keep
     a default other than null and the server still accepts ``null`` for them.
@@ -452,6 +451,8 @@ def compact_schema(schema: Any) -> Any:
         if key in LISTED_WITHOUT and not isinstance(value, (dict, list)):
             continue
         if key == "default" and value is None:  # an omitted argument is its default anyway
+            continue
+        if key == "additionalProperties" and value is True:  # what an object allows anyway
             continue
         if key in ("properties", "$defs") and isinstance(value, dict):
             out[key] = {name: compact_schema(sub) for name, sub in value.items()}  # pyright: ignore[reportUnknownVariableType]
@@ -553,9 +554,9 @@ def build_server(
     def get_tool_stubs(
         names: Annotated[list[str] | None, Field(description="e.g. ['filesystem.read_text_file']")] = None,
         server: str | None = None,
-        language: Annotated[str, Field(description="python or typescript (for javascript too)")] = "python",
+        language: Annotated[str, Field(description="python or typescript")] = "python",
     ) -> str:
-        """Stubs of tools as the sandbox defines them (all if no names or server)."""
+        """Tool stubs as scripts see them (all if no names or server)."""
         with tool_errors():
             anyio.from_thread.run(engine.settled)  # servers still starting list their tools first
             servers = [server] if server else None
@@ -574,19 +575,19 @@ def register_full_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="get_execution_limits")
     def get_execution_limits() -> dict[str, Any]:
-        """Limits, network and tool policy, isolation, runners and servers in force now."""
+        """Limits, policies, isolation, runners and servers in force."""
         return execution_limits(engine)
 
     @server.tool(name="list_supported_languages")
     def list_supported_languages() -> list[dict[str, Any]]:
-        """Languages, their runners with isolation and package managers."""
+        """Languages, runners, isolation, package managers."""
         return supported_languages(engine)
 
     @server.tool(name="list_allowed_packages")
     def list_allowed_packages(
         language: str = "all",
     ) -> dict[str, Any]:
-        """Packages execute_code may install, per language (python, javascript, typescript or all)."""
+        """Packages execute_code may install (python, javascript or all)."""
         return engine.allowed_packages(language)
 
     register_discovery_tools(server, engine)
@@ -706,7 +707,7 @@ def tool_errors() -> Generator[None]:
 def register_search_tool(server: CodeModeServer, engine: CodeMode) -> None:
     @server.tool(name="search_tools")
     def search_tools(
-        query: Annotated[str, Field(description="e.g. 'read a file'.")],
+        query: Annotated[str, Field(description="e.g. read a file")],
         server: str | None = None,
         detail: Annotated[
             str,
@@ -732,7 +733,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         runner: str | None = None,
         packages: list[str] | None = None,
     ) -> Json:
-        """Check a script without running it (syntax, imports, tool names, arguments, types)."""
+        """Check a script without running it (syntax, imports, tools, arguments)."""
         with tool_errors():
             return await engine.validate(language, code, runner=runner, packages=packages)
 
@@ -743,7 +744,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         limit: Annotated[int, Field(ge=1, le=50)] = 5,
         ctx: Context | None = None,
     ) -> Json:
-        """Scripts that worked before, best first (stale: a tool they use changed)."""
+        """Scripts that worked before, best first."""
         with tool_errors():
             results = await engine.search_scripts(query, language, limit, client=client_of(ctx))
         return {"query": query, "scripts": results}
@@ -754,7 +755,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
         ctx: Context | None = None,
     ) -> Json:
-        """Cached scripts, most recently used first."""
+        """Cached scripts, latest used first."""
         with tool_errors():
             scripts = await engine.list_scripts(language, limit, client=client_of(ctx))
         return {"scripts": scripts}
@@ -763,7 +764,7 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
     async def get_cached_script(
         hash: Annotated[str, Field(description="Or a unique prefix.")], ctx: Context | None = None
     ) -> Json:
-        """A cached script by hash: code, result, tools, packages, stats."""
+        """A cached script (code, result, tools) by hash."""
         with tool_errors():
             script = await engine.get_script(hash, client=client_of(ctx))
         if script is None:
@@ -772,5 +773,5 @@ def register_discovery_tools(server: CodeModeServer, engine: CodeMode) -> None:
 
     @server.tool(name="get_cache_stats")
     async def get_cache_stats() -> Json:
-        """Cache totals, hit rate and package environments."""
+        """Cache totals, hit rate, environments."""
         return await anyio.to_thread.run_sync(engine.cache_stats)

@@ -347,7 +347,8 @@ class WorkerPools:
             async with contextlib.AsyncExitStack() as gate:
                 if grant is not None and log is not None and spec.egress is not None:
                     await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
-                message = {**self.dialect.run_message(request, worker), **extra, "session": True, "run": number}
+                caps = {"artifacts": request.files.caps()} if request.files is not None else {}
+                message = {**self.dialect.run_message(request, worker), **extra, **caps, "session": True, "run": number}
                 if number == 1 or not worker.zygote:
                     await worker.send(message)
                 else:

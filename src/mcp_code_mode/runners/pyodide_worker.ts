@@ -400,6 +400,7 @@ async function serveSession(codemode: PyProxy, loaded: Set<string>): Promise<nev
     try {
       const message = parseRunMessage(raw);
       run = message.run;
+      caps = message.artifacts; // each run's own caps, for its files and shown images
       output.reset(message.max_output);
       const missing = message.pyodide_packages.filter((name) => !loaded.has(name));
       if (missing.length > 0) {
@@ -415,6 +416,8 @@ async function serveSession(codemode: PyProxy, loaded: Set<string>): Promise<nev
       const text = error instanceof Error ? error.message : String(error);
       done = { success: false, error: { type: "RunnerError", message: text } };
     }
+    output.flush();
+    sendFiles(done.files, caps, workspace, (m) => writer.send(m)); // before done: the host keeps what arrives
     const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
     const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
     if (run !== null) fields.run = run;
