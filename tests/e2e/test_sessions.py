@@ -112,7 +112,9 @@ async def test_a_sessions_later_call_reports_progress_and_its_files_come_back_re
     """Sessions with the other per-run channels: a later call's files are kept as artifacts (its own caps) and
     read back with resources/read, and its report_progress reaches the client."""
     language = "javascript" if runner == "deno" else "python"
-    first = await call(client, "n = 7" if language == "python" else "const n = 7;", runner=runner, session="new")
+    first = await call(
+        client, "n = 7" if language == "python" else "const n = 7;", language=language, runner=runner, session="new"
+    )
     assert first["success"], first["error"]
     reports: list[tuple[float, float | None, str | None]] = []
 

@@ -260,40 +260,13 @@ class WorkerPools:
         started = time.perf_counter()
         clean = done = False
         try:
-            if worker.zygote and worker.stubs_version != request.stubs.version:
-                if not await worker.prepare(request.stubs):
-                    raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
-            channel = worker.run_channel()
-            spec = worker.spec
-            grant = self.dialect.grant_for(request) if spec.egress is not None else None
-            log = grant.log() if grant is not None else None
-            async with contextlib.AsyncExitStack() as gate:
-                if grant is not None and log is not None and spec.egress is not None:
-                    # The gate opens before the run's message goes out and closes, with every connection it
-                    # carried, when the run's channel is done: the next run of this worker starts with none.
-                    await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
-                caps = {"artifacts": request.files.caps()} if request.files is not None else {}
-                await worker.send({**self.dialect.run_message(request, worker), **extra, **caps})
-                worker.stubs_version = request.stubs.version
-                hosted = await serve_run(
-                    channel,
-                    dispatcher,
-                    timeout=request.timeout,
-                    max_output=request.max_output,
-                    on_output=request.on_output,
-                    max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
-                    clock=request.clock,
-                    on_progress=request.on_progress,
-                    files=request.files,
-                )
-            result = hosted.outcome
-            if log is not None:
-                result.network = NetworkUse.model_validate(log.summary())
-            if hosted.ended == "done":
+            message = {**self.dialect.run_message(request, worker), **extra}
+            result, ended = await self._serve(worker, request, dispatcher, message)
+            if ended == "done":
                 done = True
                 clean = worker.zygote
                 self._explain_memory(result)
-            elif hosted.ended == "closed":
+            elif ended == "closed":
                 result.error = (await self._died(worker)).error
                 clean = worker.zygote and worker.exit_status is not None
         except RunnerError as exc:
@@ -337,45 +310,18 @@ class WorkerPools:
         reason = "its run was cancelled"
         ok = False
         try:
-            if number == 1 and worker.zygote and worker.stubs_version != request.stubs.version:
-                if not await worker.prepare(request.stubs):
-                    raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
-            channel = worker.run_channel()
-            spec = worker.spec
-            grant = self.dialect.grant_for(request) if spec.egress is not None else None
-            log = grant.log() if grant is not None else None
-            async with contextlib.AsyncExitStack() as gate:
-                if grant is not None and log is not None and spec.egress is not None:
-                    await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
-                caps = {"artifacts": request.files.caps()} if request.files is not None else {}
-                message = {**self.dialect.run_message(request, worker), **extra, **caps, "session": True, "run": number}
-                if number == 1 or not worker.zygote:
-                    await worker.send(message)
-                else:
-                    await channel.send(message)
-                worker.stubs_version = request.stubs.version
-                hosted = await serve_run(
-                    channel,
-                    dispatcher,
-                    timeout=request.timeout,
-                    max_output=request.max_output,
-                    on_output=request.on_output,
-                    max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
-                    clock=request.clock,
-                    on_progress=request.on_progress,
-                    run=number,
-                    files=request.files,
-                )
-            result = hosted.outcome
-            if log is not None:
-                result.network = NetworkUse.model_validate(log.summary())
-            if hosted.ended == "done":
+            message = {**self.dialect.run_message(request, worker), **extra, "session": True, "run": number}
+            later = number > 1
+            result, ended = await self._serve(
+                worker, request, dispatcher, message, prepare=not later, on_child=later and worker.zygote, run=number
+            )
+            if ended == "done":
                 ok = True
                 self._explain_memory(result)
-            elif hosted.ended == "closed":
+            elif ended == "closed":
                 result.error = (await self._died(worker)).error
                 reason = "its worker ended"
-            elif hosted.ended == "timeout":
+            elif ended == "timeout":
                 reason = "a run timed out"
             else:
                 reason = "its worker sent a message the bridge refused"
@@ -392,6 +338,54 @@ class WorkerPools:
                     await session.aclose()
         result.execution_time = round((time.perf_counter() - started) * 1000)
         return result
+
+    async def _serve(
+        self,
+        worker: Worker,
+        request: RunRequest,
+        dispatcher: ToolDispatcher,
+        message: dict[str, Any],
+        *,
+        prepare: bool = True,
+        on_child: bool = False,
+        run: int | None = None,
+    ) -> tuple[RunResult, str]:
+        """What every run shares, plain or a session's: the stubs loaded (a zygote that has not, when ``prepare``),
+        the egress gate opened for the run's grant, the ``run`` message sent (with the run's artifact caps) on the
+        control channel or, ``on_child``, straight on a session child's run channel, the run served by the bridge's
+        host loop, and the network's figures. The result and how the host loop ended."""
+        if prepare and worker.zygote and worker.stubs_version != request.stubs.version:
+            if not await worker.prepare(request.stubs):
+                raise RunnerError(f"the worker did not load the tool stubs: {worker.stderr_tail() or 'no output'}")
+        channel = worker.run_channel()
+        spec = worker.spec
+        grant = self.dialect.grant_for(request) if spec.egress is not None else None
+        log = grant.log() if grant is not None else None
+        if request.files is not None:
+            message = {**message, "artifacts": request.files.caps()}
+        async with contextlib.AsyncExitStack() as gate:
+            if grant is not None and log is not None and spec.egress is not None:
+                # The gate opens before the run's message goes out and closes, with every connection it
+                # carried, when the run's channel is done: the next run of this worker starts with none.
+                await gate.enter_async_context(serve_gate(spec.egress, grant, log, owner=spec.egress_owner))
+            await (channel.send(message) if on_child else worker.send(message))
+            worker.stubs_version = request.stubs.version
+            hosted = await serve_run(
+                channel,
+                dispatcher,
+                timeout=request.timeout,
+                max_output=request.max_output,
+                on_output=request.on_output,
+                max_calls=MAX_CALLS_IN_HAND if self.dialect.concurrent_calls else 1,
+                clock=request.clock,
+                on_progress=request.on_progress,
+                run=run,
+                files=request.files,
+            )
+        result = hosted.outcome
+        if log is not None:
+            result.network = NetworkUse.model_validate(log.summary())
+        return result, hosted.ended
 
     def _explain_memory(self, result: RunResult) -> None:
         error = result.error
