@@ -146,4 +146,4 @@ def test_run_and_stubs_speak_typescript(tmp_path: Path, capsys: pytest.CaptureFi
     assert "sum is 42" in captured.out and '"ok": true' in captured.out
     assert main(["stubs", "fixture", "--config", str(config), "--language", "typescript"]) == 0
     out = capsys.readouterr().out
-    assert "declare const fixture: {" in out and "  add(args: AddArgs): Promise<AddResult>;" in out
+    assert "declare const fixture: ServerExtras & {" in out and "  add(args: AddArgs): Promise<AddResult>;" in out

@@ -86,7 +86,7 @@ async def test_a_javascript_error_comes_back_with_its_type_and_line(client: Clie
 async def test_get_tool_stubs_in_typescript_returns_declarations(client: Client) -> None:
     result = await client.call_tool("get_tool_stubs", {"server": "memory", "language": "typescript"})
     text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
-    assert "declare const memory: {" in text
+    assert "declare const memory: ServerExtras & {" in text
     assert "  create_entities(args: CreateEntitiesArgs): Promise<CreateEntitiesResult>;" in text
     assert "interface CreateEntitiesEntity {" in text
     assert "declare const filesystem" not in text
