@@ -21,6 +21,7 @@ import mcp_types as types
 from ..downstream.pool import SERVER_CALLS, ToolPool
 from ..downstream.tools import ToolInfo
 from ..errors import DownstreamError
+from ..observability.savings import SavingsMeter
 from ..stubs.index import StubIndex, ToolSpec
 
 _STATES = {
@@ -169,6 +170,8 @@ class ToolDispatcher:
     """Calls of this run made to one server at once, by server name; None: each server's
     ``maxConcurrentCalls`` in the servers file (the pool's configs). A server without a limit has only
     the run's (``concurrency``)."""
+    savings: SavingsMeter = field(default_factory=SavingsMeter)
+    """The results that reached the run (kept within a bound, counted after it: ``observability.savings``)."""
 
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
@@ -275,6 +278,7 @@ class ToolDispatcher:
             finally:
                 if limiter is not None:
                     limiter.release()
+            self.savings.add(result)
             if result.is_error:
                 record.error = error_text(result)
                 if self.privacy is not None:
@@ -313,8 +317,10 @@ class ToolDispatcher:
             value = await self.pool.server_call(server, op, arguments)
         except ValueError as exc:
             record.error = f"{op}: {exc}"
+            self.savings.add_text(record.error)
             return {"error": {"message": record.error, **where}}
         record.ok = True
+        self.savings.add_value(value)
         if self.privacy is not None:  # what a resource or prompt holds is noted like a tool's result
             await anyio.to_thread.run_sync(self.privacy.harvest, server, value)
         return {"value": value}
