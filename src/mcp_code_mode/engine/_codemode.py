@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import anyio
 
@@ -28,16 +29,18 @@ from ..admission import Admission
 from ..artifacts import ArtifactLimits, ArtifactStore, RunFiles, Staged
 from ..bridge import CallEntry, ErrorDetail, FileEntry, PlanResult, Progress, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
+from ..bridge.outcome import Savings
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
-from ..errors import ConfigError, UnsupportedError
+from ..errors import CodeModeError, ConfigError, UnsupportedError
 from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
+from ..observability import RunMetrics
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
@@ -74,6 +77,28 @@ class RunnerFacts:
     default_for: tuple[str, ...]
     state: dict[str, Any]
     settings: dict[str, Any]
+
+
+P = ParamSpec("P")
+
+
+def _counted(
+    execute: Callable[Concatenate[CodeMode, P], Awaitable[RunResult]],
+) -> Callable[Concatenate[CodeMode, P], Awaitable[RunResult]]:
+    """``execute``, each answer (a run, a replay, a failed run) and each refusal counted in ``metrics``."""
+
+    @functools.wraps(execute)
+    async def counted(self: CodeMode, *args: P.args, **kwargs: P.kwargs) -> RunResult:
+        started = time.perf_counter()
+        try:
+            result = await execute(self, *args, **kwargs)
+        except CodeModeError as exc:
+            self.metrics.refused(exc)
+            raise
+        self._count(result, time.perf_counter() - started)
+        return result
+
+    return counted
 
 
 class CodeMode:
@@ -144,6 +169,9 @@ class CodeMode:
         self.artifact_limits = ArtifactLimits.from_settings(settings)
         self.artifacts: ArtifactStore | None = None
         """Files runs left, kept for ``CODE_MODE_ARTIFACT_TTL_S`` (None when they cannot be kept here)."""
+        self.metrics = RunMetrics()
+        """Runs, tool calls, errors and savings since start, and gauges read at scrape time (``GET /metrics``)."""
+        self._gauges()
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -404,6 +432,65 @@ class CodeMode:
             return runner
         return self.defaults.get(canonical(language) or "", "")
 
+    def _count(self, result: RunResult, seconds: float) -> None:
+        self.metrics.run_ended(
+            runner=result.runner or "none",
+            success=result.success,
+            cached=result.cached,
+            seconds=seconds,
+            error_type=result.error.type if result.error is not None else None,
+            round_trips=result.savings.round_trips,
+            tokens=result.savings.tokens,
+        )
+
+    def _gauges(self) -> None:
+        """What ``GET /metrics`` reads at scrape time: runners' pools, the admission load, open sessions."""
+
+        def pools() -> list[tuple[tuple[str, str], float]]:
+            read: list[tuple[tuple[str, str], float]] = []
+            for name, runner in self.runners.items():
+                if not self.hosts.started(name):
+                    continue
+                for key, value in runner.describe().items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        read.append(((name, key), float(value)))
+            return read
+
+        def load() -> list[tuple[tuple[str], float]]:
+            return [
+                ((key,), float(value))
+                for key, value in self.admission.load().items()
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            ]
+
+        gauge = self.metrics.gauge
+        gauge(
+            "codemode_runner_pool",
+            "Each started runner's pool figures (describe(): warmWorkers, poolSize, ...).",
+            ("runner", "figure"),
+            pools,
+        )
+        gauge(
+            "codemode_admission",
+            "Run slots, queue and memory budget now (running, queued, memoryInUseMB, ...).",
+            ("figure",),
+            load,
+        )
+        gauge(
+            "codemode_sessions_open",
+            "Sessions (execute_code(session=...)) open now.",
+            (),
+            lambda: [((), float(self.sessions.open_count))],
+        )
+        gauge("codemode_servers", "Downstream servers by state.", ("state",), self._server_states)
+
+    def _server_states(self) -> list[tuple[tuple[str], float]]:
+        states: dict[str, int] = {}
+        for entry in self.pool.servers.values():
+            states[entry.state] = states.get(entry.state, 0) + 1
+        return [((state,), float(n)) for state, n in states.items()]
+
+    @_counted
     async def execute(
         self,
         code: str,
@@ -661,6 +748,12 @@ class CodeMode:
         ]
         result.install_time = install_ms
         result.cached = False
+        tokens = await anyio.to_thread.run_sync(dispatcher.savings.count) if not dispatcher.savings.empty else 0
+        result.savings = Savings(round_trips=result.tool_calls, tokens=tokens)
+        known = self.config.servers
+        self.metrics.calls_ended(
+            (c.server if c.server in known else "unknown", c.decision, c.ok) for c in dispatcher.calls
+        )
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
         pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
         result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
@@ -899,7 +992,7 @@ class CodeMode:
 
     def cache_stats(self) -> dict[str, Any]:
         """``get_cache_stats``: the script cache, and the package environments with their size."""
-        return {**self.scripts.stats(), "environments": self.environments.stats()}
+        return {**self.scripts.stats(), "environments": self.environments.stats(), "savings": self.metrics.savings()}
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""
