@@ -120,8 +120,8 @@ class Savings(BaseModel):
     )
     """Tool calls that reached a server: each would have been a model round trip."""
     tokens: int = 0
-    """o200k tokens of those calls' results that stayed in the sandbox (exact for the first 64 KB of a run's
-    results, estimated at the same rate beyond). 0 for a replay, which made no call."""
+    """o200k tokens of those calls' results that stayed in the sandbox (exact for the first 16 K characters of
+    a run's results, estimated at the same rate beyond). 0 for a replay, which made no call."""
 
 
 class RunResult(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 
 import mcp_types as types
 
-EXACT_CHARS = 65_536
+EXACT_CHARS = 16_384
 """Characters of a run's results counted exactly; beyond, tokens are estimated at the same rate."""
 CHARS_PER_TOKEN = 4.0
 """The estimate when nothing was counted exactly."""
