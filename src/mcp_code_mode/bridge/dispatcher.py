@@ -110,6 +110,8 @@ class ToolCallRecord:
     """Whether the call reached its server (a planned, denied or refused call did not)."""
     pii: dict[str, Any] | None = None
     """What was done to the tokens in its arguments (``privacy.PiiNote``), when it had any."""
+    at_ns: int = 0
+    """When the call began (``time.time_ns()``), for its trace span."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,7 @@ class ToolDispatcher:
             return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
         self.started += 1
         position = self.started
+        at_ns = time.time_ns()
         refusal = None
         if not isinstance(arguments, dict):
             refusal = "arguments must be an object (a dict)"
@@ -245,11 +248,13 @@ class ToolDispatcher:
             refusal = self._unknown(server, tool)
         if refusal is not None or spec is None:  # still a call the run asked for: listed and audited
             message = refusal or self._unknown(server, tool)
-            record = ToolCallRecord(real_server, real_tool, False, 0.0, None, "refused", message, called=False)
+            record = ToolCallRecord(
+                real_server, real_tool, False, 0.0, None, "refused", message, called=False, at_ns=at_ns
+            )
             self._observed(record, arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]})
             return {"error": {"message": message, **where}}
         started = time.perf_counter()
-        record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
+        record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False, at_ns=at_ns)
         if self.privacy is not None:  # the gate judges, and the tool receives, what the tokens stand for
             arguments, note = self.privacy.restore(real_server, real_tool, arguments)
             if note:

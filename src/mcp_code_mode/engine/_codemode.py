@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
+import os
 import re
 import sqlite3
 import time
@@ -41,6 +43,8 @@ from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..observability import RunMetrics
+from ..observability.runs import error_label
+from ..observability.tracing import Tracing, from_environment
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
@@ -90,15 +94,41 @@ def _counted(
     @functools.wraps(execute)
     async def counted(self: CodeMode, *args: P.args, **kwargs: P.kwargs) -> RunResult:
         started = time.perf_counter()
-        try:
-            result = await execute(self, *args, **kwargs)
-        except CodeModeError as exc:
-            self.metrics.refused(exc)
-            raise
-        self._count(result, time.perf_counter() - started)
+        with self.tracing.span("execute_code") as span:
+            if self.tracing.content and args and isinstance(args[0], str):
+                span.set_attributes({"codemode.code": args[0]})
+            try:
+                result = await execute(self, *args, **kwargs)
+            except CodeModeError as exc:
+                self.metrics.refused(exc)
+                span.set_attributes({"error.type": type(exc).__name__})
+                raise
+            self._count(result, time.perf_counter() - started)
+            if self.tracing.on:
+                span.set_attributes(_span_facts(result))
         return result
 
     return counted
+
+
+def _span_facts(result: RunResult) -> dict[str, str | int | float | bool]:
+    """A run's span attributes: what the host knows of it (names, flags and sizes, never content)."""
+    facts: dict[str, str | int | float | bool] = {
+        "codemode.runner": result.runner,
+        "codemode.language": result.language,
+        "codemode.success": result.success,
+        "codemode.cached": result.cached,
+        "codemode.tool_calls": result.tool_calls,
+        "codemode.output_chars": len(result.output),
+        "codemode.files": len(result.files),
+        "codemode.install_ms": result.install_time,
+        "codemode.execution_ms": result.execution_time,
+        "codemode.savings.round_trips": result.savings.round_trips,
+        "codemode.savings.tokens": result.savings.tokens,
+    }
+    if result.error is not None:
+        facts["error.type"] = error_label(result.error.type)
+    return facts
 
 
 class CodeMode:
@@ -169,6 +199,9 @@ class CodeMode:
         self.artifact_limits = ArtifactLimits.from_settings(settings)
         self.artifacts: ArtifactStore | None = None
         """Files runs left, kept for ``CODE_MODE_ARTIFACT_TTL_S`` (None when they cannot be kept here)."""
+        self.tracing: Tracing = from_environment(os.environ, content=settings.trace_content)
+        """Trace spans of runs, calls and installs: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (a library
+        user may put a ``Tracing`` with a provider of their own here)."""
         self.metrics = RunMetrics()
         """Runs, tool calls, errors and savings since start, and gauges read at scrape time (``GET /metrics``)."""
         self._gauges()
@@ -274,6 +307,7 @@ class CodeMode:
         finally:
             self.sandbox.close()
             self._close_stores()
+            self.tracing.shutdown()
 
     def _close_stores(self) -> None:
         self.scripts.close()
@@ -587,7 +621,12 @@ class CodeMode:
                 await on_progress(RunProgress(time.perf_counter() - started, 0))
             return hit
         chosen = await self._runner(chosen.name, started, on_progress)  # started on its first run (or RunnerError)
-        prepared = await prepare(plan, self.environments)
+        if plan.requirements:
+            with self.tracing.span("install", {"codemode.packages": len(plan.requirements)}) as span:
+                prepared = await prepare(plan, self.environments)
+                span.set_attributes({"codemode.install_ms": prepared.install_ms, "codemode.ok": prepared.error is None})
+        else:
+            prepared = await prepare(plan, self.environments)
         if prepared.error is not None:
             return RunResult(
                 success=False,
@@ -624,12 +663,14 @@ class CodeMode:
         )
         gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved, mask=privacy.mask)
         run_id = uuid.uuid4().hex
+        traced: dict[int, str] = {}
+        """Each call's masked arguments as JSON, by ``id(record)``, for its span (``CODE_MODE_TRACE_CONTENT``)."""
         dispatcher = ToolDispatcher(
             self.pool,
             self.index,
             settings.max_tool_calls,
             gate=gate,
-            observe=self._auditor(client, run_id, keyed.key, privacy),
+            observe=self._traced(self._auditor(client, run_id, keyed.key, privacy), privacy, traced),
             concurrency=settings.max_concurrent_calls,
             privacy=privacy,
         )
@@ -706,6 +747,7 @@ class CodeMode:
                 run_id,
                 gate,
                 mode,
+                traced,
             )
         finally:
             if files is not None:
@@ -727,6 +769,7 @@ class CodeMode:
         run_id: str,
         gate: RunGate,
         mode: RunMode,
+        traced: dict[int, str],
     ) -> RunResult:
         """After a run: its files and images, the mask, what it called, the store, its artifacts, the audit."""
         settings = self.settings
@@ -750,6 +793,7 @@ class CodeMode:
         result.cached = False
         tokens = await anyio.to_thread.run_sync(dispatcher.savings.count) if not dispatcher.savings.empty else 0
         result.savings = Savings(round_trips=result.tool_calls, tokens=tokens)
+        self.tracing.calls(dispatcher.calls, traced if self.tracing.content else None)
         known = self.config.servers
         self.metrics.calls_ended(
             (c.server if c.server in known else "unknown", c.decision, c.ok) for c in dispatcher.calls
@@ -841,6 +885,18 @@ class CodeMode:
             return PlanResult(plan_id="", calls=calls, expires_in=0, error="plans cannot be kept here")
         await anyio.to_thread.run_sync(lambda: self.audit.save_plan(plan_id, code_hash, client, ttl, calls))  # pyright: ignore[reportOptionalMemberAccess]
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
+
+    def _traced(self, observe: CallObserver | None, privacy: RunPrivacy, traced: dict[int, str]) -> CallObserver | None:
+        """With ``CODE_MODE_TRACE_CONTENT`` and traces on, each call's masked arguments are kept for its span too."""
+        if not (self.tracing.on and self.tracing.content):
+            return observe
+
+        def both(record: ToolCallRecord, arguments: dict[str, Any]) -> None:
+            traced[id(record)] = json.dumps(privacy.mask(arguments), ensure_ascii=False, default=str)[:4096]
+            if observe is not None:
+                observe(record, arguments)
+
+        return both
 
     def _auditor(self, client: str, run_id: str, code_hash: str, privacy: RunPrivacy) -> CallObserver | None:
         """Queue each call of a run for the audit log once its answer has gone out (the dispatcher reports
