@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -20,10 +19,10 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec
+from typing import Any
 
 import anyio
 
@@ -38,12 +37,11 @@ from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
-from ..errors import CodeModeError, ConfigError, UnsupportedError
+from ..errors import ConfigError, UnsupportedError
 from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..observability import RunMetrics
-from ..observability.runs import error_label
 from ..observability.tracing import Tracing, from_environment
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
@@ -56,6 +54,7 @@ from ..validate import oversize
 from ._caching import CacheStage, Keyed, replayed
 from ._environment import prepare
 from ._gate import RunGate, RunMode
+from ._observed import counted, register_gauges
 from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, RunPlan, plan_run, resolve, validate_packages
@@ -81,54 +80,6 @@ class RunnerFacts:
     default_for: tuple[str, ...]
     state: dict[str, Any]
     settings: dict[str, Any]
-
-
-P = ParamSpec("P")
-
-
-def _counted(
-    execute: Callable[Concatenate[CodeMode, P], Awaitable[RunResult]],
-) -> Callable[Concatenate[CodeMode, P], Awaitable[RunResult]]:
-    """``execute``, each answer (a run, a replay, a failed run) and each refusal counted in ``metrics``."""
-
-    @functools.wraps(execute)
-    async def counted(self: CodeMode, *args: P.args, **kwargs: P.kwargs) -> RunResult:
-        started = time.perf_counter()
-        with self.tracing.span("execute_code") as span:
-            if self.tracing.content and args and isinstance(args[0], str):
-                span.set_attributes({"codemode.code": args[0]})
-            try:
-                result = await execute(self, *args, **kwargs)
-            except CodeModeError as exc:
-                self.metrics.refused(exc)
-                span.set_attributes({"error.type": type(exc).__name__})
-                raise
-            self._count(result, time.perf_counter() - started)
-            if self.tracing.on:
-                span.set_attributes(_span_facts(result))
-        return result
-
-    return counted
-
-
-def _span_facts(result: RunResult) -> dict[str, str | int | float | bool]:
-    """A run's span attributes: what the host knows of it (names, flags and sizes, never content)."""
-    facts: dict[str, str | int | float | bool] = {
-        "codemode.runner": result.runner,
-        "codemode.language": result.language,
-        "codemode.success": result.success,
-        "codemode.cached": result.cached,
-        "codemode.tool_calls": result.tool_calls,
-        "codemode.output_chars": len(result.output),
-        "codemode.files": len(result.files),
-        "codemode.install_ms": result.install_time,
-        "codemode.execution_ms": result.execution_time,
-        "codemode.savings.round_trips": result.savings.round_trips,
-        "codemode.savings.tokens": result.savings.tokens,
-    }
-    if result.error is not None:
-        facts["error.type"] = error_label(result.error.type)
-    return facts
 
 
 class CodeMode:
@@ -204,7 +155,7 @@ class CodeMode:
         user may put a ``Tracing`` with a provider of their own here)."""
         self.metrics = RunMetrics()
         """Runs, tool calls, errors and savings since start, and gauges read at scrape time (``GET /metrics``)."""
-        self._gauges()
+        register_gauges(self)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -466,65 +417,7 @@ class CodeMode:
             return runner
         return self.defaults.get(canonical(language) or "", "")
 
-    def _count(self, result: RunResult, seconds: float) -> None:
-        self.metrics.run_ended(
-            runner=result.runner or "none",
-            success=result.success,
-            cached=result.cached,
-            seconds=seconds,
-            error_type=result.error.type if result.error is not None else None,
-            round_trips=result.savings.round_trips,
-            tokens=result.savings.tokens,
-        )
-
-    def _gauges(self) -> None:
-        """What ``GET /metrics`` reads at scrape time: runners' pools, the admission load, open sessions."""
-
-        def pools() -> list[tuple[tuple[str, str], float]]:
-            read: list[tuple[tuple[str, str], float]] = []
-            for name, runner in self.runners.items():
-                if not self.hosts.started(name):
-                    continue
-                for key, value in runner.describe().items():
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        read.append(((name, key), float(value)))
-            return read
-
-        def load() -> list[tuple[tuple[str], float]]:
-            return [
-                ((key,), float(value))
-                for key, value in self.admission.load().items()
-                if isinstance(value, int | float) and not isinstance(value, bool)
-            ]
-
-        gauge = self.metrics.gauge
-        gauge(
-            "codemode_runner_pool",
-            "Each started runner's pool figures (describe(): warmWorkers, poolSize, ...).",
-            ("runner", "figure"),
-            pools,
-        )
-        gauge(
-            "codemode_admission",
-            "Run slots, queue and memory budget now (running, queued, memoryInUseMB, ...).",
-            ("figure",),
-            load,
-        )
-        gauge(
-            "codemode_sessions_open",
-            "Sessions (execute_code(session=...)) open now.",
-            (),
-            lambda: [((), float(self.sessions.open_count))],
-        )
-        gauge("codemode_servers", "Downstream servers by state.", ("state",), self._server_states)
-
-    def _server_states(self) -> list[tuple[tuple[str], float]]:
-        states: dict[str, int] = {}
-        for entry in self.pool.servers.values():
-            states[entry.state] = states.get(entry.state, 0) + 1
-        return [((state,), float(n)) for state, n in states.items()]
-
-    @_counted
+    @counted
     async def execute(
         self,
         code: str,
