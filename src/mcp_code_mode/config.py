@@ -249,6 +249,12 @@ class Settings(BaseModel):
     auth_token: SecretStr | None = None
     """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``). Required to serve
     HTTP on an address other than loopback; unused over stdio."""
+    trace_content: bool = False
+    """Whether trace spans (on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set) carry the code of each run and the
+    arguments of each tool call (masked, as the audit log keeps them). Off: only names, decisions and sizes."""
+    metrics_public: bool = False
+    """Whether ``GET /metrics`` on the HTTP server answers without the bearer token (``CODE_MODE_AUTH_TOKEN``):
+    for a scraper on a private network. Host and Origin are checked either way."""
     http_allowed_hosts: str = ""
     """Extra ``Host`` header values the HTTP server accepts, comma-separated (``host``, ``host:port`` or
     ``host:*``). Loopback names are always accepted; anything else gets 421 (DNS-rebinding protection)."""

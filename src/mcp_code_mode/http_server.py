@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .config import Settings
 from .engine import CodeMode
 from .errors import ConfigError
+from .observability import CONTENT_TYPE
 from .server import CodeModeServer, build_server
 
 logger = logging.getLogger(__name__)
@@ -269,7 +270,8 @@ def describe(options: HttpOptions, settings: Settings) -> str:
 
 
 def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
-    """The MCP server with bearer auth when a token is set, plus ``/healthz``."""
+    """The MCP server with bearer auth when a token is set, plus ``/healthz`` and ``/metrics`` (Prometheus text,
+    behind the token too unless ``CODE_MODE_METRICS_PUBLIC``)."""
     token = auth_token(engine.settings)
     if token is None:
         server = build_server(engine)
@@ -285,6 +287,19 @@ def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
         return PlainTextResponse("ok")
+
+    verifier = StaticTokenVerifier(token) if token is not None and not engine.settings.metrics_public else None
+
+    @server.custom_route("/metrics", methods=["GET"])
+    async def metrics(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+        # Behind the same token as the MCP endpoint (unless CODE_MODE_METRICS_PUBLIC), and PeerCheck's Host checks.
+        if verifier is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or await verifier.verify_token(given.strip()) is None:
+                return PlainTextResponse(
+                    "a bearer token is required", status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+        return PlainTextResponse(engine.metrics.render(), media_type=CONTENT_TYPE)
 
     return server
 

@@ -21,6 +21,7 @@ import mcp_types as types
 from ..downstream.pool import SERVER_CALLS, ToolPool
 from ..downstream.tools import ToolInfo
 from ..errors import DownstreamError
+from ..observability.savings import SavingsMeter
 from ..stubs.index import StubIndex, ToolSpec
 
 _STATES = {
@@ -109,6 +110,8 @@ class ToolCallRecord:
     """Whether the call reached its server (a planned, denied or refused call did not)."""
     pii: dict[str, Any] | None = None
     """What was done to the tokens in its arguments (``privacy.PiiNote``), when it had any."""
+    at_ns: int = 0
+    """When the call began (``time.time_ns()``), for its trace span."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,8 @@ class ToolDispatcher:
     """Calls of this run made to one server at once, by server name; None: each server's
     ``maxConcurrentCalls`` in the servers file (the pool's configs). A server without a limit has only
     the run's (``concurrency``)."""
+    savings: SavingsMeter = field(default_factory=SavingsMeter)
+    """The results that reached the run (kept within a bound, counted after it: ``observability.savings``)."""
 
     def __post_init__(self) -> None:
         self._slots = anyio.CapacityLimiter(max(1, self.concurrency))
@@ -235,6 +240,7 @@ class ToolDispatcher:
             return {"error": {"message": f"the run reached its limit of {self.max_calls} tool calls", **where}}
         self.started += 1
         position = self.started
+        at_ns = time.time_ns()
         refusal = None
         if not isinstance(arguments, dict):
             refusal = "arguments must be an object (a dict)"
@@ -242,11 +248,13 @@ class ToolDispatcher:
             refusal = self._unknown(server, tool)
         if refusal is not None or spec is None:  # still a call the run asked for: listed and audited
             message = refusal or self._unknown(server, tool)
-            record = ToolCallRecord(real_server, real_tool, False, 0.0, None, "refused", message, called=False)
+            record = ToolCallRecord(
+                real_server, real_tool, False, 0.0, None, "refused", message, called=False, at_ns=at_ns
+            )
             self._observed(record, arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:200]})
             return {"error": {"message": message, **where}}
         started = time.perf_counter()
-        record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False)
+        record = ToolCallRecord(real_server, real_tool, False, 0.0, spec.info.schema_hash, called=False, at_ns=at_ns)
         if self.privacy is not None:  # the gate judges, and the tool receives, what the tokens stand for
             arguments, note = self.privacy.restore(real_server, real_tool, arguments)
             if note:
@@ -275,6 +283,7 @@ class ToolDispatcher:
             finally:
                 if limiter is not None:
                     limiter.release()
+            self.savings.add(result)
             if result.is_error:
                 record.error = error_text(result)
                 if self.privacy is not None:
@@ -313,8 +322,10 @@ class ToolDispatcher:
             value = await self.pool.server_call(server, op, arguments)
         except ValueError as exc:
             record.error = f"{op}: {exc}"
+            self.savings.add_text(record.error)
             return {"error": {"message": record.error, **where}}
         record.ok = True
+        self.savings.add_value(value)
         if self.privacy is not None:  # what a resource or prompt holds is noted like a tool's result
             await anyio.to_thread.run_sync(self.privacy.harvest, server, value)
         return {"value": value}

@@ -110,6 +110,20 @@ class ShownImage(BaseModel):
     mime_type: str
 
 
+class Savings(BaseModel):
+    """What the run's work would have cost as direct tool calls (``observability.savings``)."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    round_trips: int = Field(
+        default=0, validation_alias=AliasChoices("roundTrips", "round_trips"), serialization_alias="roundTrips"
+    )
+    """Tool calls that reached a server: each would have been a model round trip."""
+    tokens: int = 0
+    """o200k tokens of those calls' results that stayed in the sandbox (exact for the first 16 K characters of
+    a run's results, estimated at the same rate beyond). 0 for a replay, which made no call."""
+
+
 class RunResult(BaseModel):
     """The outcome of one ``execute_code`` call (also its MCP output schema)."""
 
@@ -152,6 +166,8 @@ class RunResult(BaseModel):
         default=None, validation_alias=AliasChoices("sessionId", "session_id"), serialization_alias="sessionId"
     )
     """The session the run ran in (``execute_code(session=...)``); None for a fresh run."""
+    savings: Savings = Field(default_factory=Savings)
+    """What the same work would have cost as direct tool calls: ``roundTrips`` and ``tokens``."""
     images: list[ShownImage] = Field(default_factory=list[ShownImage], exclude=True)
     """Images for the result's content (``show()``, small image artifacts); not in the structured content."""
 
@@ -161,4 +177,4 @@ def failed(type_: str, message: str, line: int | None = None) -> RunResult:
     return RunResult(success=False, error=ErrorDetail(type_, message, line))
 
 
-__all__ = ["ErrorDetail", "FileEntry", "RunResult", "ShownImage", "failed"]
+__all__ = ["ErrorDetail", "FileEntry", "RunResult", "Savings", "ShownImage", "failed"]

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
+import os
 import re
 import sqlite3
 import time
@@ -28,6 +30,7 @@ from ..admission import Admission
 from ..artifacts import ArtifactLimits, ArtifactStore, RunFiles, Staged
 from ..bridge import CallEntry, ErrorDetail, FileEntry, PlanResult, Progress, RunClock, RunResult, ToolDispatcher
 from ..bridge.dispatcher import OFF_LOOP_CHARS, CallObserver, ToolCallRecord
+from ..bridge.outcome import Savings
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
@@ -38,6 +41,8 @@ from ..errors import ConfigError, UnsupportedError
 from ..governance import PolicyBook, RateLimiter
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
+from ..observability import RunMetrics
+from ..observability.tracing import Tracing, from_environment
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
@@ -49,6 +54,7 @@ from ..validate import oversize
 from ._caching import CacheStage, Keyed, replayed
 from ._environment import prepare
 from ._gate import RunGate, RunMode
+from ._observed import counted, register_gauges
 from ._privacy import build_privacy, persist_vault
 from ._progress import ProgressCallback, RunProgress, reporting
 from ._request import NetworkRequest, RunPlan, plan_run, resolve, validate_packages
@@ -144,6 +150,12 @@ class CodeMode:
         self.artifact_limits = ArtifactLimits.from_settings(settings)
         self.artifacts: ArtifactStore | None = None
         """Files runs left, kept for ``CODE_MODE_ARTIFACT_TTL_S`` (None when they cannot be kept here)."""
+        self.tracing: Tracing = from_environment(os.environ, content=settings.trace_content)
+        """Trace spans of runs, calls and installs: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (a library
+        user may put a ``Tracing`` with a provider of their own here)."""
+        self.metrics = RunMetrics()
+        """Runs, tool calls, errors and savings since start, and gauges read at scrape time (``GET /metrics``)."""
+        register_gauges(self)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> CodeMode:
@@ -246,6 +258,7 @@ class CodeMode:
         finally:
             self.sandbox.close()
             self._close_stores()
+            self.tracing.shutdown()
 
     def _close_stores(self) -> None:
         self.scripts.close()
@@ -404,6 +417,7 @@ class CodeMode:
             return runner
         return self.defaults.get(canonical(language) or "", "")
 
+    @counted
     async def execute(
         self,
         code: str,
@@ -500,7 +514,12 @@ class CodeMode:
                 await on_progress(RunProgress(time.perf_counter() - started, 0))
             return hit
         chosen = await self._runner(chosen.name, started, on_progress)  # started on its first run (or RunnerError)
-        prepared = await prepare(plan, self.environments)
+        if plan.requirements:
+            with self.tracing.span("install", {"codemode.packages": len(plan.requirements)}) as span:
+                prepared = await prepare(plan, self.environments)
+                span.set_attributes({"codemode.install_ms": prepared.install_ms, "codemode.ok": prepared.error is None})
+        else:
+            prepared = await prepare(plan, self.environments)
         if prepared.error is not None:
             return RunResult(
                 success=False,
@@ -537,12 +556,14 @@ class CodeMode:
         )
         gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved, mask=privacy.mask)
         run_id = uuid.uuid4().hex
+        traced: dict[int, str] = {}
+        """Each call's masked arguments as JSON, by ``id(record)``, for its span (``CODE_MODE_TRACE_CONTENT``)."""
         dispatcher = ToolDispatcher(
             self.pool,
             self.index,
             settings.max_tool_calls,
             gate=gate,
-            observe=self._auditor(client, run_id, keyed.key, privacy),
+            observe=self._traced(self._auditor(client, run_id, keyed.key, privacy), privacy, traced),
             concurrency=settings.max_concurrent_calls,
             privacy=privacy,
         )
@@ -619,6 +640,7 @@ class CodeMode:
                 run_id,
                 gate,
                 mode,
+                traced,
             )
         finally:
             if files is not None:
@@ -640,6 +662,7 @@ class CodeMode:
         run_id: str,
         gate: RunGate,
         mode: RunMode,
+        traced: dict[int, str],
     ) -> RunResult:
         """After a run: its files and images, the mask, what it called, the store, its artifacts, the audit."""
         settings = self.settings
@@ -661,6 +684,13 @@ class CodeMode:
         ]
         result.install_time = install_ms
         result.cached = False
+        tokens = await anyio.to_thread.run_sync(dispatcher.savings.count) if not dispatcher.savings.empty else 0
+        result.savings = Savings(round_trips=result.tool_calls, tokens=tokens)
+        self.tracing.calls(dispatcher.calls, traced if self.tracing.content else None)
+        known = self.config.servers
+        self.metrics.calls_ended(
+            (c.server if c.server in known else "unknown", c.decision, c.ok) for c in dispatcher.calls
+        )
         tools = sorted({ToolUse(c.server, c.tool, c.schema_hash or "") for c in dispatcher.reached})
         pii_tokens = privacy.seal_tokens(result.output, result.return_value, [f.path for f in result.files])
         result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
@@ -748,6 +778,18 @@ class CodeMode:
             return PlanResult(plan_id="", calls=calls, expires_in=0, error="plans cannot be kept here")
         await anyio.to_thread.run_sync(lambda: self.audit.save_plan(plan_id, code_hash, client, ttl, calls))  # pyright: ignore[reportOptionalMemberAccess]
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
+
+    def _traced(self, observe: CallObserver | None, privacy: RunPrivacy, traced: dict[int, str]) -> CallObserver | None:
+        """With ``CODE_MODE_TRACE_CONTENT`` and traces on, each call's masked arguments are kept for its span too."""
+        if not (self.tracing.on and self.tracing.content):
+            return observe
+
+        def both(record: ToolCallRecord, arguments: dict[str, Any]) -> None:
+            traced[id(record)] = json.dumps(privacy.mask(arguments), ensure_ascii=False, default=str)[:4096]
+            if observe is not None:
+                observe(record, arguments)
+
+        return both
 
     def _auditor(self, client: str, run_id: str, code_hash: str, privacy: RunPrivacy) -> CallObserver | None:
         """Queue each call of a run for the audit log once its answer has gone out (the dispatcher reports
@@ -899,7 +941,7 @@ class CodeMode:
 
     def cache_stats(self) -> dict[str, Any]:
         """``get_cache_stats``: the script cache, and the package environments with their size."""
-        return {**self.scripts.stats(), "environments": self.environments.stats()}
+        return {**self.scripts.stats(), "environments": self.environments.stats(), "savings": self.metrics.savings()}
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""

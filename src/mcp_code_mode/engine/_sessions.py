@@ -74,6 +74,11 @@ class SessionBook:
         self._reserved = 0
         self._wake = anyio.Event()
 
+    @property
+    def open_count(self) -> int:
+        """Sessions open now (every client's)."""
+        return len(self._open)
+
     def _of(self, client: str) -> list[Session]:
         return [s for s in self._open.values() if s.client == client]
 
