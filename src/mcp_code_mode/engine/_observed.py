@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Concatenate, ParamSpec
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from ..bridge import RunResult
 from ..errors import CodeModeError
@@ -19,8 +19,8 @@ P = ParamSpec("P")
 
 
 def counted(
-    execute: Callable[Concatenate[CodeMode, P], Awaitable[RunResult]],
-) -> Callable[Concatenate[CodeMode, P], Awaitable[RunResult]]:
+    execute: Callable[Concatenate[CodeMode, P], Coroutine[Any, Any, RunResult]],
+) -> Callable[Concatenate[CodeMode, P], Coroutine[Any, Any, RunResult]]:
     """``execute``, each answer (a run, a replay, a failed run) and each refusal counted in ``metrics``, and the
     whole of it a span (``tracing``, a no-op when off)."""
 
