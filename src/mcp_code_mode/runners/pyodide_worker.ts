@@ -416,13 +416,7 @@ async function serveSession(codemode: PyProxy, loaded: Set<string>): Promise<nev
       const text = error instanceof Error ? error.message : String(error);
       done = { success: false, error: { type: "RunnerError", message: text } };
     }
-    output.flush();
-    sendFiles(done.files, caps, workspace, (m) => writer.send(m)); // before done: the host keeps what arrives
-    const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
-    const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
-    if (run !== null) fields.run = run;
-    else delete fields.run;
-    output.flush(fields);
+    finishRun(done, cut, run);
   }
 }
 
@@ -467,15 +461,21 @@ async function runOnce(
     const text = error instanceof Error ? error.message : String(error);
     done = { success: false, error: { type: "RunnerError", message: text } };
   }
-  // `dropped`: what Python dropped (its count, a number or nothing), what was dropped here, a cut value.
+  finishRun(done, cut, run);
+  return session;
+}
+
+/** A run's end, plain or a session's: the output so far, the workspace's files (before done: the host keeps what
+ * arrives), then `done` with `dropped` (what Python dropped, a number or nothing; what was dropped here; a cut
+ * value) and the run's number from the host's message (never the script's). */
+function finishRun(done: Message, cut: boolean, run: number | null): void {
   output.flush();
-  sendFiles(done.files, caps, workspace, (m) => writer.send(m)); // before done: the host keeps what arrives
+  sendFiles(done.files, caps, workspace, (m) => writer.send(m));
   const theirs = Number.isSafeInteger(done.dropped) && (done.dropped as number) > 0 ? (done.dropped as number) : 0;
   const fields: Message = { ...done, op: "done", dropped: theirs + output.dropped + (cut ? 1 : 0) };
   if (run !== null) fields.run = run;
-  else delete fields.run; // the script does not say which run it was: the host's message does
+  else delete fields.run;
   output.flush(fields);
-  return session;
 }
 
 // What Python returned for the run: the script may have rewritten the prelude, so it is checked here (a
