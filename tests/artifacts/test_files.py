@@ -89,3 +89,18 @@ def test_a_file_the_host_cannot_write_is_not_kept_and_the_run_goes_on(tmp_path: 
     run.write("a.txt", b"abc", end=True)  # no exception reaches the host loop
     ((entry, staged),) = run.entries([FileEntry("a.txt", 3)])
     assert staged is None and entry.dropped is not None and entry.dropped.startswith("not kept: ")
+
+
+def test_a_flood_of_forged_files_and_images_past_the_caps_leaves_a_bounded_record(tmp_path: Path) -> None:
+    """A script can send any number of tiny files under new names, and any number of images: past the caps the
+    host keeps no more than a bounded list of refusals, so neither its memory nor the result grows with the flood."""
+    from mcp_code_mode.artifacts._files import MAX_REFUSALS
+
+    run = files(tmp_path, max_files=3)
+    for i in range(20_000):
+        run.write(f"f{i}.txt", b"x", end=True)
+        run.show(b"not an image", "image/png")
+    assert len(run.staged) == 3
+    assert len(run.dropped) == MAX_REFUSALS and set(run.dropped.values()) == {"CODE_MODE_ARTIFACT_MAX_FILES"}
+    assert len(run.refused_images) == MAX_REFUSALS
+    assert len(run.entries([])) == 3 + MAX_REFUSALS

@@ -22,6 +22,9 @@ from ..bridge.outcome import FileEntry, ShownImage
 MB = 1024 * 1024
 MAX_SHOWN = 10
 """Images a run may ``show()``; the rest are refused."""
+MAX_REFUSALS = 200
+"""Files not kept, and images refused, that a run's result names (a script can send any number of either: past
+this, later ones are counted by no record, so a flood of tiny forged files costs the host no memory)."""
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """What may come back inline as image content (its bytes must look like it, too)."""
 
@@ -111,7 +114,7 @@ class RunFiles:
     limits: ArtifactLimits
     staged: dict[str, Staged] = field(default_factory=dict[str, Staged])
     dropped: dict[str, str] = field(default_factory=dict[str, str])
-    """Each file not kept, and the cap (or reason) that refused it."""
+    """Each file not kept, and the cap (or reason) that refused it (at most ``MAX_REFUSALS``)."""
     images: list[ShownImage] = field(default_factory=list[ShownImage])
     refused_images: list[str] = field(default_factory=list[str])
     _open: _Open | None = None
@@ -127,7 +130,7 @@ class RunFiles:
             if self._open is not None:
                 self._drop(self._open, f"not kept: {exc.strerror or exc}")
             else:
-                self.dropped[path] = f"not kept: {exc.strerror or exc}"
+                self._refuse(path, f"not kept: {exc.strerror or exc}")
 
     def _write(self, path: str, data: bytes, end: bool) -> None:
         if path in self.dropped or path in self.staged:
@@ -137,7 +140,7 @@ class RunFiles:
             if current is not None:
                 self._drop(current, "incomplete: the run sent another file before its end")
             if len(self.staged) >= self.limits.max_files:
-                self.dropped[path] = CAP_FILES
+                self._refuse(path, CAP_FILES)
                 return
             self.directory.mkdir(parents=True, exist_ok=True)
             file = self.directory / str(len(self.staged) + len(self.dropped) + 1)
@@ -162,13 +165,19 @@ class RunFiles:
             current.file.unlink(missing_ok=True)
         except OSError:
             pass
-        self.dropped[current.path] = reason
+        self._refuse(current.path, reason)
         self._open = None
+
+    def _refuse(self, path: str, reason: str) -> None:
+        if len(self.dropped) < MAX_REFUSALS:
+            self.dropped[path] = reason
 
     def show(self, data: bytes, mime_type: str) -> None:
         """An image for the result's content: at most ``MAX_SHOWN``, each within the inline cap, and bytes
         that are the image type it claims."""
         actual = image_type(data)
+        if len(self.refused_images) >= MAX_REFUSALS:
+            return
         if len(self.images) >= MAX_SHOWN:
             self.refused_images.append(f"more than {MAX_SHOWN} images shown")
         elif len(data) > self.limits.inline_image:
