@@ -13,7 +13,7 @@ and set for the handling of one request with ``acting_as``; code below the MCP h
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -47,7 +47,7 @@ def current_tenant() -> Tenant:
 
 
 @contextmanager
-def acting_as(tenant: Tenant) -> Iterator[Tenant]:
+def acting_as(tenant: Tenant) -> Generator[Tenant]:
     """Handle one request as ``tenant`` (tasks and threads started inside inherit it)."""
     token = _current.set(tenant)
     try:
