@@ -3,30 +3,37 @@
 #
 #   docker build -t mcp-code-mode .
 #   docker run --rm -p 8000:8000 -e CODE_MODE_AUTH_TOKEN=... \
-#     --cap-add SYS_ADMIN --cap-add NET_ADMIN \
-#     --security-opt systempaths=unconfined --security-opt apparmor=unconfined \
+#     --cap-add SYS_ADMIN --cap-add NET_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     mcp-code-mode
 #   docker run --rm mcp-code-mode doctor          # every check, with the isolation this container gets
 #
+# Built and run (Docker 20.10) only from a stand-in base, Debian 12 with its Python 3.11 given as BASE_IMAGE:
+# no image registry was reachable where this was written, so not from python:3.12-slim itself.
+#
 # Isolation. The container runs as root so that the sandbox can give each worker its own real unprivileged uid
 # (CODE_MODE_SANDBOX_UID_BASE and up, no capabilities, no_new_privs) inside bubblewrap's mount, pid, ipc, uts,
-# cgroup and network namespaces. For bubblewrap to make those namespaces the container needs:
-#   --cap-add SYS_ADMIN                     new namespaces and the sandbox's mounts (Docker's default seccomp
-#                                           profile allows unshare/mount/setns/clone with namespace flags only
-#                                           to a container holding SYS_ADMIN)
-#   --cap-add NET_ADMIN                     bringing up loopback in each worker's new network namespace
-#   --security-opt systempaths=unconfined   a fresh /proc for each worker's pid namespace (the kernel refuses to
-#                                           mount proc while Docker's masks cover parts of /proc)
-#   --security-opt apparmor=unconfined      on AppArmor hosts (docker-default denies mount)
+# cgroup and network namespaces. For bubblewrap to make those namespaces the container needs (each one left
+# out in turn on Docker 20.10, with what the server then logged):
+#   --cap-add SYS_ADMIN                   new namespaces and the sandbox's mounts
+#                                         ("Creating new namespace failed: Operation not permitted")
+#   --cap-add NET_ADMIN                   loopback in each worker's network namespace ("loopback: Failed
+#                                         RTM_NEWADDR")
+#   --security-opt seccomp=unconfined     Docker's default profile refuses pivot_root even with SYS_ADMIN
+#                                         ("pivot_root: Operation not permitted"); a custom profile adding the
+#                                         calls bubblewrap makes is the tighter choice (not tried here)
+#   --security-opt apparmor=unconfined    on AppArmor hosts: docker-default denies mount (no AppArmor here)
 # SYS_ADMIN and NET_ADMIN belong to the server process only: bubblewrap drops every capability before a worker
-# starts (`--cap-drop ALL`, then the worker drops to its uid), and the worker's seccomp filter refuses mounts
-# and new namespaces. They do widen what an escape from the server process itself could do in the container.
+# starts, the worker drops to its uid, and its seccomp filter refuses mounts and new namespaces. They do widen
+# what an escape from the server process itself could do in the container.
+# Rootless instead: `--user 10001` with seccomp=unconfined and `--security-opt systempaths=unconfined` (in a
+# user namespace the kernel mounts a worker's own /proc only while Docker's masks are off: "Can't mount proc")
+# and no capability, CODE_MODE_CACHE_DIR on a volume that user can write; every worker is then uid 65534 of a
+# user namespace (one process limit for all runs).
 # The start-up log says what is in force: `isolation in force: namespaces (...)`, or
 # `isolation: process only (bubblewrap cannot create namespaces here: ...)` and then runners run as plain
 # processes (local, monty: their interpreters; deno: Deno's permissions; pyodide: WebAssembly; cpython only
 # with the network allowed unsandboxed). CODE_MODE_REQUIRE_ISOLATION=true refuses every run instead.
 # Docker mounts /sys/fs/cgroup read-only, so the memory limit is per process (rlimits), not per worker cgroup.
-# Without the flags, or rootless, see README.md ("Operators").
 #
 # Settings: CODE_MODE_* variables (.env.example lists them). A CODE_MODE_<NAME>_FILE variable (and
 # PGPASSWORD_FILE) is read into CODE_MODE_<NAME> (PGPASSWORD) by the entrypoint: Docker and Kubernetes secrets
