@@ -342,3 +342,15 @@ def test_the_entrypoint_refuses_a_variable_given_twice_or_an_unreadable_file(fak
     missing = entrypoint({"CODE_MODE_AUTH_TOKEN_FILE": str(tmp_path / "absent")}, fake_server)
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     assert "args:" not in twice.stdout + missing.stdout
+
+
+def test_the_proxy_and_the_pods_wait_longer_than_the_longest_run() -> None:
+    settings = Settings()
+    longest = (settings.max_timeout_ms + settings.queue_timeout_ms) / 1000  # a run's timeout starts after its queue
+    nginx = NGINX.read_text(encoding="utf-8")
+    for directive in ("proxy_read_timeout", "proxy_send_timeout"):
+        seconds = re.findall(rf"{directive}\s+(\d+)s;", nginx)
+        assert seconds and all(int(s) > longest for s in seconds), directive
+    assert "proxy_buffering off;" in nginx  # progress and output stream as server-sent events
+    grace = k8s("Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > settings.max_timeout_ms / 1000
