@@ -354,3 +354,26 @@ def test_the_proxy_and_the_pods_wait_longer_than_the_longest_run() -> None:
     assert "proxy_buffering off;" in nginx  # progress and output stream as server-sent events
     grace = k8s("Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > settings.max_timeout_ms / 1000
+
+
+def memory_mib(quantity: str) -> int:
+    """A memory quantity as compose (``6g``) or Kubernetes (``6Gi``) writes it, in MiB."""
+    match = re.fullmatch(r"(\d+)([a-zA-Z]*)", quantity)
+    assert match is not None, quantity
+    return int(match.group(1)) * {"g": 1024, "gi": 1024, "m": 1, "mi": 1}[match.group(2).lower()]
+
+
+def test_the_runs_each_replica_admits_fit_its_memory_limit_with_room_for_the_server() -> None:
+    """Admission's defaults read the machine's memory and cores, not the container's: both examples size it."""
+    sized = {
+        f"compose.yaml {name}": (service["environment"], service["deploy"]["resources"]["limits"]["memory"])
+        for name, service in replicas().items()
+    }
+    k8s_values = {name: entry["value"] for name, entry in k8s_env().items() if "value" in entry}
+    sized["deployment.yaml"] = (k8s_values, container()["resources"]["limits"]["memory"])
+    for where, (env, limit) in sized.items():
+        settings = Settings.from_env(settings_values({k: compose_default(str(v)) for k, v in env.items()}))
+        assert settings.max_concurrent_runs is not None and settings.memory_budget_mb is not None, where
+        assert settings.max_concurrent_runs * settings.limit_memory_mb <= settings.memory_budget_mb, where
+        # The server, its warm workers and the downstream servers: about 1 GiB beside the runs.
+        assert settings.memory_budget_mb + 1024 <= memory_mib(limit), where
