@@ -377,3 +377,9 @@ def test_the_runs_each_replica_admits_fit_its_memory_limit_with_room_for_the_ser
         assert settings.max_concurrent_runs * settings.limit_memory_mb <= settings.memory_budget_mb, where
         # The server, its warm workers and the downstream servers: about 1 GiB beside the runs.
         assert settings.memory_budget_mb + 1024 <= memory_mib(limit), where
+
+
+def test_kustomize_applies_the_manifests_but_never_the_placeholder_secret() -> None:
+    resources = load_yaml(K8S / "kustomization.yaml")["resources"]
+    assert all((K8S / name).is_file() for name in resources)
+    assert set(resources) == {"configmap.yaml", "deployment.yaml", "service.yaml"}
