@@ -27,8 +27,8 @@
 # what an escape from the server process itself could do in the container.
 # Rootless instead: `--user 10001` with seccomp=unconfined and `--security-opt systempaths=unconfined` (in a
 # user namespace the kernel mounts a worker's own /proc only while Docker's masks are off: "Can't mount proc")
-# and no capability, CODE_MODE_CACHE_DIR on a volume that user can write; every worker is then uid 65534 of a
-# user namespace (one process limit for all runs).
+# and no capability, CODE_MODE_CACHE_DIR on a volume that user can write (doctor: every runner in namespaces);
+# every worker is then uid 65534 of a user namespace (one process limit for all runs).
 # The start-up log says what is in force: `isolation in force: namespaces (...)`, or
 # `isolation: process only (bubblewrap cannot create namespaces here: ...)` and then runners run as plain
 # processes (local, monty: their interpreters; deno: Deno's permissions; pyodide: WebAssembly; cpython only
