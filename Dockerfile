@@ -19,8 +19,9 @@
 #   --cap-add NET_ADMIN                   loopback in each worker's network namespace ("loopback: Failed
 #                                         RTM_NEWADDR")
 #   --security-opt seccomp=unconfined     Docker's default profile refuses pivot_root even with SYS_ADMIN
-#                                         ("pivot_root: Operation not permitted"); a custom profile adding the
-#                                         calls bubblewrap makes is the tighter choice (not tried here)
+#                                         ("pivot_root: Operation not permitted"). Tighter, and enough here:
+#                                         Docker's default profile with pivot_root added to the calls it
+#                                         allows with CAP_SYS_ADMIN (seccomp=/path/to/that.json)
 #   --security-opt apparmor=unconfined    on AppArmor hosts: docker-default denies mount (no AppArmor here)
 # SYS_ADMIN and NET_ADMIN belong to the server process only: bubblewrap drops every capability before a worker
 # starts, the worker drops to its uid, and its seccomp filter refuses mounts and new namespaces. They do widen
