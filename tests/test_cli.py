@@ -147,3 +147,20 @@ def test_run_and_stubs_speak_typescript(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["stubs", "fixture", "--config", str(config), "--language", "typescript"]) == 0
     out = capsys.readouterr().out
     assert "declare const fixture: ServerExtras & {" in out and "  add(args: AddArgs): Promise<AddResult>;" in out
+
+
+@pytest.mark.parametrize("command", [["serve"], ["cache", "list"]])
+def test_a_misspelled_setting_is_named_on_stderr(command: list[str], tmp_path: Path) -> None:
+    # A desktop client's environment: a typo in a CODE_MODE_* name must not pass without a word.
+    config = write_config(tmp_path / "servers.json", {})
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CODE_MODE_CACHE_DIR": str(tmp_path / "cache")}
+    env["CODE_MODE_MAX_CONCURENT_CALLS"] = "4"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mcp_code_mode.cli", *command, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert "ignoring unknown setting(s) CODE_MODE_MAX_CONCURENT_CALLS" in proc.stderr, proc.stderr

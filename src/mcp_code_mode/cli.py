@@ -112,6 +112,11 @@ EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts":
 
 
 def _setup_logging(level: str) -> None:
+    """Log to stderr at ``level``; the first call installs the handler, a later one only sets the level."""
+    root = logging.getLogger()
+    if root.handlers:
+        root.setLevel(level)
+        return
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -121,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    _setup_logging("WARNING")  # what reading the settings warns of (a misspelled CODE_MODE_* name) is seen
     if args.command == "serve" and not args.http:
         given = [f"--{name}" for name in ("host", "port", "path") if getattr(args, name) is not None]
         if args.stateless:
