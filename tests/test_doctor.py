@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_code_mode import doctor
 from mcp_code_mode.cli import main
 from mcp_code_mode.config import Settings
 from mcp_code_mode.doctor import check_bubblewrap, check_writable
@@ -92,7 +93,7 @@ def test_a_binary_that_does_not_run_is_reported(tmp_path: Path) -> None:
     finding = check_bubblewrap(Settings(), str(fake))
     assert finding.status == "warn"
     assert "No permissions to create new namespace" in finding.detail
-    assert "unprivileged_userns_clone" in (finding.fix or "")
+    assert finding.fix == doctor._namespaces_fix()  # pyright: ignore[reportPrivateUsage]
     deno = tmp_path / "deno"
     deno.write_text("#!/bin/sh\necho 'deno 2.9.8 (stable)'\n", encoding="utf-8")
     deno.chmod(deno.stat().st_mode | stat.S_IXUSR)
@@ -223,3 +224,22 @@ def test_the_network_finding_says_how_runs_reach_the_network_here() -> None:
     unsandboxed = check_network(Settings(allow_unsandboxed_network=True), namespaces=False)
     assert unsandboxed.status == "warn" and unsandboxed.detail.startswith("UNSANDBOXED")
     assert check_network(Settings(allow_network=False), namespaces=False).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("container", "uid", "expected"),
+    [(True, 0, "--cap-add SYS_ADMIN"), (False, 0, "CAP_SYS_ADMIN"), (False, 1000, "unprivileged_userns_clone")],
+)
+def test_the_fix_for_missing_namespaces_fits_where_the_server_runs(
+    container: bool, uid: int, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a container the sysctl is not the user's to set: the container's flags are.
+    monkeypatch.setattr(doctor, "in_container", lambda: container)
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: uid)
+    assert expected in doctor._namespaces_fix()  # pyright: ignore[reportPrivateUsage]
+
+
+def test_with_the_process_sandbox_bubblewrap_is_said_to_be_unused(tmp_path: Path) -> None:
+    finding = check_bubblewrap(Settings(sandbox="process"), "/usr/bin/true")
+    assert finding.status == "warn"
+    assert "not used (CODE_MODE_SANDBOX=process)" in finding.detail

@@ -8,6 +8,7 @@ fewer languages or weaker isolation.
 
 from __future__ import annotations
 
+import os
 import shlex
 import tempfile
 import time
@@ -53,6 +54,13 @@ def runner_findings(settings: Settings) -> list[Finding]:
 
 def check_bubblewrap(settings: Settings, bwrap: str | None) -> Finding:
     """Whether runs get namespaces here: the same probe the server runs at start-up."""
+    if settings.sandbox == "process":
+        return Finding(
+            "warn",
+            "bubblewrap",
+            "not used (CODE_MODE_SANDBOX=process): runs are isolated by a child process only, without namespaces",
+            "unset CODE_MODE_SANDBOX to use bubblewrap where it works",
+        )
     if bwrap is None:
         return Finding(
             "warn",
@@ -66,10 +74,38 @@ def check_bubblewrap(settings: Settings, bwrap: str | None) -> Finding:
             "warn",
             "bubblewrap",
             f"{bwrap} cannot create namespaces here: {problem[-300:]}",
-            "allow unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu also "
-            "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or run outside a restricted container",
+            _namespaces_fix(),
         )
     return Finding("ok", "bubblewrap", f"{bwrap}: namespaces work (isolation: namespaces)")
+
+
+def in_container() -> bool:
+    """Whether this process looks to be in a container (Docker, Podman, Kubernetes)."""
+    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
+        return True
+    try:
+        cgroups = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(word in cgroups for word in ("docker", "kubepods", "containerd", "libpod"))
+
+
+def _namespaces_fix() -> str:
+    if in_container():
+        return (
+            "give the container what bubblewrap needs: `--cap-add SYS_ADMIN --cap-add NET_ADMIN "
+            "--security-opt seccomp=unconfined` (Docker; the Dockerfile's header and deploy/k8s/README.md say why "
+            "and what each is for)"
+        )
+    if os.geteuid() == 0:
+        return (
+            "as root bubblewrap needs CAP_SYS_ADMIN and CAP_NET_ADMIN, and a seccomp profile that allows mount "
+            "and pivot_root"
+        )
+    return (
+        "allow unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu also "
+        "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or run outside a restricted container"
+    )
 
 
 def check_network(settings: Settings, namespaces: bool) -> Finding:
