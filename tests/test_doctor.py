@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -235,7 +236,7 @@ def test_the_fix_for_missing_namespaces_fits_where_the_server_runs(
 ) -> None:
     # In a container the sysctl is not the user's to set: the container's flags are.
     monkeypatch.setattr(doctor, "in_container", lambda: container)
-    monkeypatch.setattr(doctor.os, "geteuid", lambda: uid)
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
     assert expected in doctor._namespaces_fix()  # pyright: ignore[reportPrivateUsage]
 
 
