@@ -365,3 +365,28 @@ async def test_a_tenants_policy_file_decides_its_runs_instead_of_the_servers_fil
     # The servers file asks about echo_json; gamma's file names fixture, so its entry replaces that one.
     unasked = await run(server, "gamma", "fixture.echo_json(value='[1]')", cache="off")
     assert unasked["success"], unasked["error"]
+
+
+async def test_a_tenants_task_runs_as_that_tenant_and_no_other_tenant_can_see_or_cancel_it(
+    server: ServerProcess,
+) -> None:
+    async def request(client: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        with anyio.fail_after(60):
+            return await client.session._dispatcher.send_raw_request(method, params, {})
+
+    code = "call_tool('extra', 'echo', {'text': 'hi'})"
+    async with http_client(server.url, TOKENS["gamma"]) as gamma:
+        created = await request(
+            gamma,
+            "tools/call",
+            {"name": "execute_code", "arguments": {"language": "python", "code": code, "cache": "off"}, "task": {}},
+        )
+        task = created["task"]["taskId"]
+        async with http_client(server.url, TOKENS["acme"]) as acme:
+            for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+                with pytest.raises(MCPError, match=f"no task {task!r}"):
+                    await request(acme, method, {"taskId": task})
+            assert task not in json.dumps(await request(acme, "tasks/list", {}))
+        result = await request(gamma, "tasks/result", {"taskId": task})
+    message = result["structuredContent"]["error"]["message"]
+    assert "unknown server 'extra' (tenant gamma's servers: fixture)" in message, "the task ran as another tenant"
