@@ -279,7 +279,7 @@ class Settings(BaseModel):
     max_sessions: int = Field(default=16, ge=0)
     """Sessions open at once, all clients together (0: no sessions); one more is refused naming this cap."""
     max_sessions_per_client: int = Field(default=4, ge=1)
-    """Sessions one client (an MCP session or bearer token) may hold open at once."""
+    """Sessions one client (an MCP session or bearer token, within its tenant) may hold open at once."""
     session_memory_mb: int | None = Field(default=None, ge=64)
     """The memory a session's worker may use (the rlimit a run gets, for the whole session). Default and upper
     bound: ``limit_memory_mb``."""
