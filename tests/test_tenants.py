@@ -190,3 +190,15 @@ def test_tokens_add_refuses_a_bad_name_and_a_file_that_is_not_a_tokens_file(
     assert main(["tokens", "add", "acme", "--file", str(tmp_path / "other.json")]) == 2
     assert "not a tokens file" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_beyond_loopback_either_kind_of_token_will_do_and_none_is_refused(tmp_path: Path) -> None:
+    from mcp_code_mode.http_server import HttpOptions, check_bind, describe
+
+    wide = HttpOptions(host="0.0.0.0")
+    with pytest.raises(ConfigError, match="CODE_MODE_AUTH_TOKEN or CODE_MODE_AUTH_TOKENS"):
+        check_bind(wide, Settings())
+    check_bind(wide, Settings(auth_token="shared-token"))  # pyright: ignore[reportArgumentType]
+    tokens = Settings(auth_tokens=tmp_path / "tokens.json")
+    check_bind(wide, tokens)
+    assert f"bearer token of a tenant required ({tmp_path / 'tokens.json'})" in describe(wide, tokens)
