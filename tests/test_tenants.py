@@ -202,3 +202,15 @@ def test_beyond_loopback_either_kind_of_token_will_do_and_none_is_refused(tmp_pa
     tokens = Settings(auth_tokens=tmp_path / "tokens.json")
     check_bind(wide, tokens)
     assert f"bearer token of a tenant required ({tmp_path / 'tokens.json'})" in describe(wide, tokens)
+
+
+def test_a_skills_tool_list_shows_a_tenant_with_servers_only_those_servers_tools() -> None:
+    from mcp_code_mode._skill_tools import seen
+    from mcp_code_mode.skills.model import SkillVersion, ToolRef
+    from mcp_code_mode.tenants import acting_as
+
+    tools = (ToolRef("fixture", "add", "h1"), ToolRef("extra", "echo", "h2"))
+    skill = SkillVersion("both", 1, "python", "calls two servers", "def both():\n    pass", {}, tools)
+    with acting_as(Tenant("gamma", frozenset({"fixture"}))):
+        assert seen(skill)["tools"] == ["fixture.add"]
+    assert seen(skill)["tools"] == ["fixture.add", "extra.echo"]
