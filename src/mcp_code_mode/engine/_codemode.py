@@ -38,7 +38,7 @@ from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
 from ..errors import ConfigError, UnsupportedError
-from ..governance import PolicyBook, RateLimiter
+from ..governance import PolicyBook
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..observability import RunMetrics
@@ -50,7 +50,7 @@ from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import detect_sandbox
 from ..skills import SkillBook, SkillStore
 from ..stubs import StubIndex
-from ..tenants import DEFAULT_TENANT, Tenant, current_tenant, load_policy_file
+from ..tenants import current_tenant
 from ..validate import oversize
 from ._caching import CacheStage, Keyed, replayed
 from ._environment import prepare
@@ -62,6 +62,7 @@ from ._request import NetworkRequest, RunPlan, plan_run, resolve, validate_packa
 from ._runners import RunnerHosts, eager_names
 from ._sessions import Session, SessionBook
 from ._stubs import STUB_LANGUAGES, StubBook
+from ._tenancy import TenantRules
 
 logger = logging.getLogger(__name__)
 
@@ -129,13 +130,9 @@ class CodeMode:
             settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
         self._cache = CacheStage(self.scripts, network_observed=self.sandbox.network_enforced())
-        self.wide_policy = PolicyBook({name: entry.policy for name, entry in config.servers.items()}, settings.policy)
-        """Each server's tool policy (the servers file's ``policy`` entries, ``CODE_MODE_POLICY``); a tenant with a
-        policy file of its own has ``policy`` instead."""
-        self._tenant_policies: dict[Tenant, PolicyBook] = {}
-        self.rate = RateLimiter()
-        """Per-minute rates of tools across runs (of tenant ``default``; each other tenant has its own)."""
-        self._tenant_rates: dict[str, RateLimiter] = {}
+        self.rules = TenantRules(config)
+        """Each tenant's tool policy (the servers file's ``policy`` entries, ``CODE_MODE_POLICY``, and a tenant's
+        policy file) and per-minute rates of tools across runs."""
         self.audit: AuditLog | None = None
         """The audit log and the plans, in the cache database (None when it cannot be opened)."""
         self._audit_writer: AuditWriter | None = None
@@ -330,25 +327,8 @@ class CodeMode:
 
     @property
     def policy(self) -> PolicyBook:
-        """The tool policy of the tenant acting now: the servers file's, with each server its policy file names
-        (``tenants.load_policy_file``) decided by that file instead."""
-        tenant = current_tenant()
-        if tenant.policy is None:
-            return self.wide_policy
-        book = self._tenant_policies.get(tenant)
-        if book is None:
-            allowed = tenant.servers if tenant.servers is not None else list(self.config.servers)
-            own = load_policy_file(tenant.policy, allowed)  # checked at start-up (CODE_MODE_AUTH_TOKENS) already
-            wide = {name: entry.policy for name, entry in self.config.servers.items()}
-            book = self._tenant_policies[tenant] = PolicyBook({**wide, **own}, self.settings.policy)
-        return book
-
-    def _rate(self) -> RateLimiter:
-        """The per-minute counts of the tenant acting now (one tenant's calls never use up another's rate)."""
-        tenant = current_tenant()
-        if tenant == DEFAULT_TENANT:
-            return self.rate
-        return self._tenant_rates.setdefault(tenant.name, RateLimiter())
+        """The tool policy of the tenant acting now (``_tenancy.TenantRules``)."""
+        return self.rules.policy()
 
     def _allowed(self) -> frozenset[str] | None:
         """The servers the tenant acting now may see and call (None: every server)."""
@@ -588,7 +568,9 @@ class CodeMode:
             if elicit is not None
             else None
         )
-        gate = RunGate(self.policy, self._rate(), mode=mode, approver=approver, approved=approved, mask=privacy.mask)
+        gate = RunGate(
+            self.policy, self.rules.rate(), mode=mode, approver=approver, approved=approved, mask=privacy.mask
+        )
         run_id = uuid.uuid4().hex
         traced: dict[int, str] = {}
         """Each call's masked arguments as JSON, by ``id(record)``, for its span (``CODE_MODE_TRACE_CONTENT``)."""
