@@ -357,6 +357,19 @@ async def test_a_tenants_run_cannot_reach_another_server_by_stub_by_name_or_thro
     assert "unknown server 'extra' (tenant gamma's servers: fixture)" in through_skill["error"]["message"]
     mine = await run(server, "gamma", "fixture.echo(text='hi')", cache="off")
     assert mine["success"] and mine["returnValue"] == {"result": "hi"}
+    checked = structured(await call(server, "gamma", "validate_code", language="python", code="extra.echo(text='hi')"))
+    assert not checked["valid"] and "extra" in json.dumps(checked["findings"])
+
+
+async def test_a_tenants_cpython_run_holds_no_stub_of_another_server_anywhere_in_its_process(
+    server: ServerProcess,
+) -> None:
+    code = "print(sorted({'extra', 'fixture'} & set(fixture.echo.__globals__)))"  # the stub module's globals
+    await run(server, "acme", "extra.echo(text='warm the zygote with every stub')", runner="cpython", cache="off")
+    theirs = await run(server, "gamma", code, runner="cpython", cache="off")
+    assert theirs["success"] and theirs["output"].strip() == "['fixture']", theirs
+    again = await run(server, "acme", code, runner="cpython", cache="off")
+    assert again["success"] and again["output"].strip() == "['extra', 'fixture']", again
 
 
 async def test_a_tenants_policy_file_decides_its_runs_instead_of_the_servers_file(server: ServerProcess) -> None:
