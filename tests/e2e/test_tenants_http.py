@@ -67,7 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "CACHE_EMBEDDER": "hashing",
         "AUDIT_TOOL": "true",
         "PYODIDE_POOL_SIZE": "0",
-        "EAGER_RUNNERS": "default",
+        "EAGER_RUNNERS": "local,cpython,deno",  # warmed while the first tests run
     }
     env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     env |= {f"CODE_MODE_{k}": v for k, v in settings.items()}
@@ -405,3 +405,16 @@ async def test_a_tenants_task_runs_as_that_tenant_and_no_other_tenant_can_see_or
         result = await request(gamma, "tasks/result", {"taskId": task})
     message = result["structuredContent"]["error"]["message"]
     assert "unknown server 'extra' (tenant gamma's servers: fixture)" in message, "the task ran as another tenant"
+
+
+async def test_a_tenants_javascript_run_cannot_reach_another_server_either(server: ServerProcess) -> None:
+    async def js(code: str) -> dict[str, Any]:
+        return await run(server, "gamma", code, language="javascript", cache="off")
+
+    by_stub = await js("export default await extra.echo({ text: 'hi' });")
+    assert not by_stub["success"] and "extra" in by_stub["error"]["message"], by_stub["error"]
+    by_name = await js("export default await callTool('extra', 'echo', { text: 'hi' });")
+    assert not by_name["success"]
+    assert "unknown server 'extra' (tenant gamma's servers: fixture)" in by_name["error"]["message"]
+    mine = await js("export default await fixture.echo({ text: 'hi' });")
+    assert mine["success"] and mine["returnValue"] == {"result": "hi"}, mine["error"]
