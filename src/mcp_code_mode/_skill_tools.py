@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -9,7 +10,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from .skills import SkillBook
+from .skills.model import SkillVersion
 from .skills.saving import save_skill as save
+from .tenants import current_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,6 +28,15 @@ def _book(engine: CodeMode) -> SkillBook:
     return engine.skills
 
 
+def seen(skill: SkillVersion) -> dict[str, Any]:
+    """A skill's summary as the tenant acting now sees it: the tools of its own servers only (a tenant whose
+    servers were narrowed after it saved the skill is shown no other server's name; a call to one is refused)."""
+    allowed = current_tenant().servers
+    if allowed is not None:
+        skill = replace(skill, tools=tuple(t for t in skill.tools if t.server in allowed))
+    return skill.summary()
+
+
 def skill_detail(book: SkillBook, name: str) -> dict[str, Any]:
     """``get_skill``: the latest version with its code, and every version's number, time and author."""
     versions = book.store.versions(name)
@@ -34,7 +46,7 @@ def skill_detail(book: SkillBook, name: str) -> dict[str, Any]:
     latest = book.with_staleness(versions[0])
     call = _call(latest.family, name)
     return {
-        **latest.summary(),
+        **seen(latest),
         "code": latest.code,
         "call": call,
         "fromHash": latest.source_hash,
@@ -82,7 +94,7 @@ def register_skill_tools(
                 client=client_of(ctx),
             )
         await server.refresh_surface()  # the first skill lists the other skill tools
-        return {**_book(engine).with_staleness(saved).summary(), "call": _call(saved.family, name)}
+        return {**seen(_book(engine).with_staleness(saved)), "call": _call(saved.family, name)}
 
     @server.tool(name="list_skills")
     async def list_skills() -> dict[str, Any]:
@@ -90,7 +102,7 @@ def register_skill_tools(
         book = _book(engine)
         await engine.settled()  # staleness is told against every server's tools
         skills = await anyio.to_thread.run_sync(book.current)
-        return {"skills": [s.summary() for s in skills]}
+        return {"skills": [seen(s) for s in skills]}
 
     @server.tool(name="get_skill")
     async def get_skill(name: str) -> dict[str, Any]:

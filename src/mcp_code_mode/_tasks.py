@@ -37,6 +37,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel
 
+from ._clients import scoped, tenant_of
+from .tenants import Tenant, acting_as, current_tenant
+
 logger = logging.getLogger(__name__)
 
 TASKS_VERSION = "2025-11-25"
@@ -118,12 +121,12 @@ class TaskBook:
         entry = TaskEntry(id=uuid.uuid4().hex, owner=owner, ttl_ms=min(ttl, MAX_TTL_MS))
         entry.scope.deadline = anyio.current_time() + entry.ttl_ms / 1000  # a run still going at its ttl stops
         self._tasks[entry.id] = entry
-        self._group.start_soon(self._run, entry, work)
+        self._group.start_soon(self._run, entry, work, current_tenant())
         return entry
 
-    async def _run(self, entry: TaskEntry, work: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def _run(self, entry: TaskEntry, work: Callable[[], Awaitable[dict[str, Any]]], tenant: Tenant) -> None:
         try:
-            with entry.scope:
+            with entry.scope, acting_as(tenant):  # the run goes on as the tenant that started it
                 result = await work()
                 entry.result = result
                 entry.finish("failed" if result.get("isError") else "completed")
@@ -158,7 +161,12 @@ class TaskBook:
 
 
 def task_owner(ctx: ServerRequestContext[Any, Any]) -> str:
-    """Whose a task is: the HTTP session (``Mcp-Session-Id``), else the bearer token, else the connection."""
+    """Whose a task is: the HTTP session (``Mcp-Session-Id``), else the bearer token, else the connection; within
+    its tenant (``_clients.scoped``)."""
+    return scoped(tenant_of(ctx), _owner(ctx))
+
+
+def _owner(ctx: ServerRequestContext[Any, Any]) -> str:
     headers = getattr(ctx.request, "headers", None)
     if headers is not None:
         session_id = headers.get("mcp-session-id")

@@ -14,6 +14,7 @@ from . import __version__
 from ._audit_cli import add_audit_parser, run_audit_command
 from ._cache_cli import add_cache_parser, run_cache_command
 from ._skills_cli import add_skills_parser, run_skills_command
+from ._tokens_cli import add_tokens_parser, run_tokens_command
 from .cache import CACHE_MODES
 from .config import CodeModeConfig, Settings, load_environment
 from .engine import CodeMode, RunResult
@@ -42,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         help="serve the executor over stdio (what MCP clients start) or streamable HTTP",
         description="Serve the executor over stdio (default) or, with --http, over streamable HTTP. "
-        "Over HTTP, clients must send 'Authorization: Bearer $CODE_MODE_AUTH_TOKEN' when that is set; "
+        "Over HTTP, clients must send 'Authorization: Bearer $CODE_MODE_AUTH_TOKEN' when that is set, or a "
+        "tenant's token when CODE_MODE_AUTH_TOKENS names a tokens file (see 'mcp-code-mode tokens add'; each "
+        "tenant sees only its own stored things, and its servers if the file lists them); "
         "listening on a non-loopback --host without a token is refused. Host and Origin headers are "
         "checked against loopback plus CODE_MODE_HTTP_ALLOWED_HOSTS / _ORIGINS (DNS-rebinding protection).",
     )
@@ -105,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, help=CONFIG_HELP)
     add_skills_parser(sub, common)
+    add_tokens_parser(sub)
     return parser
 
 
@@ -140,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return report(anyio.run(diagnose, args.config), sys.stdout)
     if args.command in ("cache", "audit", "skills"):
         return _cache(args)
+    if args.command == "tokens":  # no settings, no servers: a file of hashes
+        return run_tokens_command(args)
     try:
         config = CodeModeConfig.load(args.config)
     except ConfigError as exc:

@@ -45,6 +45,7 @@ from ._json import DuplicateKey, unique_keys
 from .errors import ConfigError
 from .governance.policy import ServerPolicy
 from .privacy.config import BUILTIN_KINDS, PrivacyConfig
+from .tenants import TenantBook, load_tenants
 
 if TYPE_CHECKING:
     from .egress.policy import EgressPolicy
@@ -247,8 +248,13 @@ class Settings(BaseModel):
         return Path(base) / "mcp-code-mode"
 
     auth_token: SecretStr | None = None
-    """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``). Required to serve
-    HTTP on an address other than loopback; unused over stdio."""
+    """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``), one shared by every client
+    (tenant ``default``). A token or ``auth_tokens`` is required to serve HTTP on an address other than loopback;
+    unused over stdio."""
+    auth_tokens: Path | None = None
+    """The tokens file (JSON): each tenant's name, the SHA-256 of each of its tokens, and optionally its servers
+    and its policy file (``tenants``; ``mcp-code-mode tokens add`` writes entries). Instead of ``auth_token``;
+    over stdio there is one tenant, ``default``."""
     trace_content: bool = False
     """Whether trace spans (on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set) carry the code of each run and the
     arguments of each tool call (masked, as the audit log keeps them). Off: only names, decisions and sizes."""
@@ -273,7 +279,7 @@ class Settings(BaseModel):
     max_sessions: int = Field(default=16, ge=0)
     """Sessions open at once, all clients together (0: no sessions); one more is refused naming this cap."""
     max_sessions_per_client: int = Field(default=4, ge=1)
-    """Sessions one client (an MCP session or bearer token) may hold open at once."""
+    """Sessions one client (an MCP session or bearer token, within its tenant) may hold open at once."""
     session_memory_mb: int | None = Field(default=None, ge=64)
     """The memory a session's worker may use (the rlimit a run gets, for the whole session). Default and upper
     bound: ``limit_memory_mb``."""
@@ -339,6 +345,7 @@ class Settings(BaseModel):
         "cache_dir",
         "allowed_packages",
         "auth_token",
+        "auth_tokens",
         "pii_key",
         "deno_dir",
         "pyodide_dir",
@@ -372,6 +379,15 @@ class Settings(BaseModel):
     def _vault_has_a_key(self) -> Settings:
         if self.pii_vault == "database" and self.pii_key is None:
             raise ValueError("CODE_MODE_PII_VAULT=database needs CODE_MODE_PII_KEY (values are kept sealed)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_way_of_auth(self) -> Settings:
+        if self.auth_token is not None and self.auth_tokens is not None:
+            raise ValueError(
+                "CODE_MODE_AUTH_TOKEN and CODE_MODE_AUTH_TOKENS are both set: use one (a shared token, or the tokens "
+                "file of tenants)"
+            )
         return self
 
     def egress_policy(self) -> EgressPolicy:
@@ -715,6 +731,9 @@ class CodeModeConfig(BaseModel):
     env: dict[str, str]
     privacy: PrivacyConfig = PrivacyConfig()
     """The servers file's top-level ``pii``: detectors, custom kinds, phone regions."""
+    tenants: TenantBook | None = None
+    """The tokens over HTTP and the tenant each names (``CODE_MODE_AUTH_TOKENS``, or ``CODE_MODE_AUTH_TOKEN`` as
+    tenant ``default``); None: no token (loopback only, or stdio)."""
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> CodeModeConfig:
@@ -723,7 +742,14 @@ class CodeModeConfig(BaseModel):
         settings = Settings.from_env(variables)
         chosen = Path(path) if path is not None else settings.config or Path(DEFAULT_CONFIG_NAME)
         servers, privacy = load_document(chosen)
-        return cls(path=chosen, servers=servers, settings=settings, env=variables, privacy=privacy)
+        return cls(
+            path=chosen,
+            servers=servers,
+            settings=settings,
+            env=variables,
+            privacy=privacy,
+            tenants=tenant_book(settings, servers),
+        )
 
     @classmethod
     def from_servers(
@@ -739,6 +765,22 @@ class CodeModeConfig(BaseModel):
         its top-level ``pii``)."""
         text = json.dumps({"servers": servers, **({"pii": pii} if pii is not None else {})})
         parsed, privacy = parse_document(text, source="<servers>", base_dir=base_dir or Path.cwd())
+        settings = settings or Settings()
         return cls(
-            path=None, servers=parsed, settings=settings or Settings(), env=dict(env or os.environ), privacy=privacy
+            path=None,
+            servers=parsed,
+            settings=settings,
+            env=dict(env or os.environ),
+            privacy=privacy,
+            tenants=tenant_book(settings, parsed),
         )
+
+
+def tenant_book(settings: Settings, servers: Mapping[str, ServerConfig]) -> TenantBook | None:
+    """The tenants of the settings' token(s): the tokens file (``ConfigError`` naming each problem), the shared
+    token as tenant ``default``, or None."""
+    if settings.auth_tokens is not None:
+        return load_tenants(settings.auth_tokens, list(servers))
+    if settings.auth_token is not None:
+        return TenantBook.shared(settings.auth_token.get_secret_value())
+    return None

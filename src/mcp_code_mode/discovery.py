@@ -362,7 +362,10 @@ class ToolRanker:
         # einsum runs in this thread: a BLAS matrix-vector product spreads over threads that a busy host slows down
         return np.einsum("ij,j->i", self._matrix, vector)
 
-    def search(self, query: str, limit: int, server: str | None = None) -> list[Ranked]:
+    def search(
+        self, query: str, limit: int, server: str | None = None, within: frozenset[str] | None = None
+    ) -> list[Ranked]:
+        """The best ``limit`` tools, of one ``server`` or of the servers ``within`` when given."""
         if not self.keys:
             return []
         scores = _scaled(self.lexical(query))
@@ -375,6 +378,8 @@ class ToolRanker:
             scores[exact] = scores.max() + 1.0
         if server is not None:
             scores = np.where(self._servers == server, scores, -np.inf).astype(np.float32)
+        if within is not None:
+            scores = np.where(np.isin(self._servers, list(within)), scores, -np.inf).astype(np.float32)
         count = min(limit, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         top = top[np.lexsort((top, -scores[top]))]
@@ -419,20 +424,23 @@ class ToolSearch:
         server: str | None = None,
         detail: str = "summary",
         limit: int = 10,
+        view: StubIndex | None = None,
     ) -> dict[str, Any]:
-        """The best ``limit`` tools for ``query`` (optionally on one ``server``) at the chosen ``detail``."""
+        """The best ``limit`` tools for ``query`` (optionally on one ``server``) at the chosen ``detail``; with a
+        tenant's ``view`` (``StubIndex.only``), among its servers only (ranked in the whole index, kept once)."""
         if detail not in DETAILS:
             raise UnsupportedError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
         only: str | None = None
         if server:
-            spec = stubs.server(server)
+            spec = (view or stubs).server(server)
             if spec is None:
-                known = ", ".join(s.name for s in stubs.servers) or "none"
-                raise UnsupportedError(f"unknown server {server!r} (connected: {known})")
+                known = (view or stubs).known().replace("configured:", "connected:")
+                raise UnsupportedError(f"unknown server {server!r} ({known})")
             only = spec.name
         ranker, cache = self._ensure(stubs, version)
         tools: list[dict[str, Any]] = []
-        for hit in ranker.search(query, max(1, min(limit, 50)), only):
+        within = frozenset(s.name for s in view.servers) if view is not None else None
+        for hit in ranker.search(query, max(1, min(limit, 50)), only, within):
             described = cache.get((hit.key, detail))
             if described is None:
                 spec = stubs.tool(*hit.key)

@@ -7,7 +7,9 @@
   header that does not parse (userinfo, a path, junk after the port, a duplicate), gets 421 (Host) or
   403 (Origin). The SDK's own check matches prefixes (``localhost:*`` lets ``localhost:1@evil`` in),
   so it is turned off.
-- Bearer auth: the SDK's middleware with a ``TokenVerifier`` (401 without a valid token).
+- Bearer auth: the SDK's middleware with a ``TokenVerifier`` (401 without a valid token): one shared token
+  (``CODE_MODE_AUTH_TOKEN``, tenant ``default``) or a tenant's (``CODE_MODE_AUTH_TOKENS``, ``tenants``); the
+  verified token's tenant is what every handler acts as (``_clients``).
 - Sessions: the SDK's session manager, with at most ``CODE_MODE_HTTP_MAX_SESSIONS`` open (one more
   gets 503 while the open ones keep working) and each closed after ``CODE_MODE_HTTP_SESSION_IDLE_S``
   without a request (its id then answers 404); or stateless, for replicas behind a load balancer.
@@ -15,7 +17,6 @@
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import re
@@ -32,11 +33,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import Settings
+from ._clients import TenantAccessToken
+from .config import Settings, tenant_book
 from .engine import CodeMode
 from .errors import ConfigError
 from .observability import CONTENT_TYPE
 from .server import CodeModeServer, build_server
+from .tenants import DEFAULT_TENANT, TenantBook
 
 logger = logging.getLogger(__name__)
 
@@ -71,30 +74,29 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost may resolve to anything
 
 
-class StaticTokenVerifier:
-    """The SDK's ``TokenVerifier`` for one shared secret, compared in constant time."""
+class TenantTokenVerifier:
+    """The SDK's ``TokenVerifier`` over the tokens' SHA-256 digests (``TenantBook.verify``: every digest compared
+    in constant time): a known token becomes a ``TenantAccessToken`` naming its tenant, anything else None (401).
+    Its ``client_id`` is the tenant's (``tenant:<name>``; the shared token's keeps ``mcp-code-mode-client``), which
+    binds each HTTP session to one tenant."""
 
-    def __init__(self, token: str) -> None:
-        if not token:
-            raise ValueError("the token must not be empty")
-        self._token = token.encode()
+    def __init__(self, book: TenantBook) -> None:
+        self.book = book
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode(), self._token):
-            return AccessToken(token=token, client_id="mcp-code-mode-client", scopes=[])
-        return None
-
-
-def auth_token(settings: Settings) -> str | None:
-    return settings.auth_token.get_secret_value() if settings.auth_token else None
+        tenant = self.book.verify(token)
+        if tenant is None:
+            return None
+        client_id = "mcp-code-mode-client" if tenant == DEFAULT_TENANT else f"tenant:{tenant.name}"
+        return TenantAccessToken(token=token, client_id=client_id, scopes=[], tenant=tenant)
 
 
 def check_bind(options: HttpOptions, settings: Settings) -> None:
     """Refuse (``ConfigError``) to listen beyond loopback without a token."""
-    if auth_token(settings) is None and not is_loopback(options.host):
+    if settings.auth_token is None and settings.auth_tokens is None and not is_loopback(options.host):
         raise ConfigError(
             f"refusing to serve HTTP on {options.host} without a token: anyone who can reach it could run code. "
-            "Set CODE_MODE_AUTH_TOKEN (clients then send 'Authorization: Bearer <token>'), "
+            "Set CODE_MODE_AUTH_TOKEN or CODE_MODE_AUTH_TOKENS (clients then send 'Authorization: Bearer <token>'), "
             "or listen on 127.0.0.1 only."
         )
 
@@ -265,22 +267,25 @@ def describe(options: HttpOptions, settings: Settings) -> str:
         if options.stateless
         else f"at most {settings.http_max_sessions} sessions, each closed after {settings.http_session_idle_s:g} s idle"
     )
-    auth = "bearer token required" if auth_token(settings) else "no token: loopback only"
+    if settings.auth_tokens is not None:
+        auth = f"bearer token of a tenant required ({settings.auth_tokens})"
+    else:
+        auth = "bearer token required" if settings.auth_token else "no token: loopback only"
     return f"mcp-code-mode: serving MCP over streamable HTTP at {options.url} ({auth}; {sessions})"
 
 
 def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
     """The MCP server with bearer auth when a token is set, plus ``/healthz`` and ``/metrics`` (Prometheus text,
     behind the token too unless ``CODE_MODE_METRICS_PUBLIC``)."""
-    token = auth_token(engine.settings)
-    if token is None:
+    book = engine.config.tenants or tenant_book(engine.settings, engine.config.servers)  # a config made by hand
+    if book is None:
         server = build_server(engine)
     else:
-        # The SDK's auth settings describe an OAuth resource server; with a static token only the
+        # The SDK's auth settings describe an OAuth resource server; with static tokens only the
         # verifier matters (no metadata routes are added: resource_server_url is None).
         server = build_server(
             engine,
-            token_verifier=StaticTokenVerifier(token),
+            token_verifier=TenantTokenVerifier(book),
             auth=AuthSettings(issuer_url=AnyHttpUrl(options.url.removesuffix(options.path)), resource_server_url=None),
         )
 
@@ -288,11 +293,11 @@ def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
     async def healthz(_: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
         return PlainTextResponse("ok")
 
-    verifier = StaticTokenVerifier(token) if token is not None and not engine.settings.metrics_public else None
+    verifier = TenantTokenVerifier(book) if book is not None and not engine.settings.metrics_public else None
 
     @server.custom_route("/metrics", methods=["GET"])
     async def metrics(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
-        # Behind the same token as the MCP endpoint (unless CODE_MODE_METRICS_PUBLIC), and PeerCheck's Host checks.
+        # Behind any tenant's token (unless CODE_MODE_METRICS_PUBLIC), and PeerCheck's Host checks.
         if verifier is not None:
             scheme, _, given = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or await verifier.verify_token(given.strip()) is None:

@@ -49,7 +49,7 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         },
         "network": network_facts(engine, enforced),
         "policy": {
-            **engine.policy.describe(),
+            **_policy_seen(engine),
             "approvals": {
                 "timeoutS": settings.approval_timeout,
                 "how": "a call that asks waits while the client asks the person (MCP elicitation); a client "
@@ -84,6 +84,14 @@ def execution_limits(engine: CodeMode) -> dict[str, Any]:
         "unavailableRunners": dict(engine.unavailable_runners),
         "servers": engine.servers(),
     }
+
+
+def _policy_seen(engine: CodeMode) -> dict[str, Any]:
+    """The policy of the tenant asking, of its servers only (``engine.servers()`` is its view)."""
+    described = engine.policy.describe()
+    mine = {s["name"] for s in engine.servers()}
+    described["servers"] = {name: p for name, p in described["servers"].items() if name in mine}
+    return described
 
 
 def network_facts(engine: CodeMode, enforced: bool) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
+from ._clients import TenantMiddleware, scoped, tenant_of
 from ._skill_tools import register_skill_tools
 from ._tasks import TaskBook, capability, install
 from .artifacts import URI_PREFIX, Artifact, parse_uri
@@ -37,6 +38,7 @@ from .engine import CodeMode, ErrorDetail, RunProgress, RunResult
 from .errors import CodeModeError
 from .governance.approvals import ApprovalForm, Choice, Elicit
 from .presentation import describe_servers, execution_limits, runner_choices, supported_languages
+from .tenants import Tenant, acting_as, current_tenant
 
 logger = logging.getLogger(__name__)
 
@@ -272,15 +274,16 @@ class CodeModeServer(MCPServer[Any]):
         super().__init__(**kwargs)
         self.engine = engine
         self._log_levels: WeakKeyDictionary[object, str] = WeakKeyDictionary()
-        self._listed: WeakKeyDictionary[Any, tuple[str, frozenset[str]]] = WeakKeyDictionary()
-        """Connections that have listed the tools (those a change is worth telling): their client and the tools
-        they were shown."""
+        self._listed: WeakKeyDictionary[Any, tuple[str, Tenant, frozenset[str]]] = WeakKeyDictionary()
+        """Connections that have listed the tools (those a change is worth telling): their client, its tenant and
+        the tools they were shown."""
         self._shown_when: dict[str, Callable[[str], bool]] = {}
         """Tools listed only to a client for whom they have something to act on (``show_when``)."""
         self._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.tasks = TaskBook()
         """``execute_code`` called as an MCP task (2025-11-25; ``_tasks``)."""
         install(self._lowlevel_server, self.tasks)
+        self._lowlevel_server.middleware.insert(0, TenantMiddleware())  # outermost: everything acts as the tenant
         lowlevel = self._lowlevel_server
         options = lowlevel.create_initialization_options
         lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
@@ -293,7 +296,7 @@ class CodeModeServer(MCPServer[Any]):
         listed = await super()._handle_list_tools(ctx, params)
         client = request_client(ctx)
         listed.tools = [t for t in listed.tools if self._shown(t.name, client)]
-        self._listed[_connection_of(ctx)] = (client, frozenset(t.name for t in listed.tools))
+        self._listed[_connection_of(ctx)] = (client, current_tenant(), frozenset(t.name for t in listed.tools))
         return listed
 
     def show_when(self, tool: str, relevant: Callable[[str], bool]) -> None:
@@ -307,11 +310,13 @@ class CodeModeServer(MCPServer[Any]):
         return relevant is None or relevant(client)
 
     async def refresh_surface(self) -> None:
-        """Tell each connection whose list of tools would now differ from what it was shown (``show_when``)."""
-        for connection, (client, shown) in list(self._listed.items()):
-            now = frozenset(n for n in self._shown_when if self._shown(n, client))
+        """Tell each connection whose list of tools would now differ from what it was shown (``show_when``), each
+        judged as its own tenant (a tenant's skill or session changes no other tenant's list)."""
+        for connection, (client, tenant, shown) in list(self._listed.items()):
+            with acting_as(tenant):
+                now = frozenset(n for n in self._shown_when if self._shown(n, client))
             if now != shown & frozenset(self._shown_when):
-                self._listed[connection] = (client, (shown - frozenset(self._shown_when)) | now)
+                self._listed[connection] = (client, tenant, (shown - frozenset(self._shown_when)) | now)
                 await connection.send_tool_list_changed()  # best effort: a closed stream drops it
 
     async def notify_tool_changes(self) -> None:
@@ -672,7 +677,8 @@ def client_of(ctx: Context | None) -> str:
 
     Over HTTP: the MCP session (``Mcp-Session-Id``), else the bearer token, else one shared "http" client
     (stateless requests carry nothing that tells clients apart). Otherwise (stdio, in-process): the
-    connection on the session-based protocol; on the request-scoped one a process serves one client."""
+    connection on the session-based protocol; on the request-scoped one a process serves one client. Within
+    its tenant (``_clients.scoped``): two tenants never share a client, whatever session id they send."""
     if ctx is None:
         return "library"
     return request_client(ctx.request_context)
@@ -680,6 +686,10 @@ def client_of(ctx: Context | None) -> str:
 
 def request_client(ctx: ServerRequestContext[Any]) -> str:
     """``client_of`` for a lowlevel request context (``tools/list``, the task handlers)."""
+    return scoped(tenant_of(ctx), _unscoped_client(ctx))
+
+
+def _unscoped_client(ctx: ServerRequestContext[Any]) -> str:
     headers = cast("Mapping[str, str] | None", getattr(ctx.request, "headers", None))
     if headers is not None:
         session_id = headers.get("mcp-session-id")

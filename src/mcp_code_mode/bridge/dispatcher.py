@@ -332,9 +332,8 @@ class ToolDispatcher:
 
     def _unknown(self, server: str, tool: str) -> str:
         spec = self.index.server(server)
-        if spec is None:
-            known = ", ".join(s.name for s in self.index.servers) or "none"
-            return f"unknown server {server!r} (configured: {known})"
+        if spec is None:  # a server outside a tenant's view is as unknown as one never configured
+            return f"unknown server {server!r} ({self.index.known()})"
         down = self.index.unavailable_reason(spec)
         entry = self.pool.servers.get(spec.name)
         if down is None and entry is not None and entry.state != "ready" and not spec.tools:

@@ -38,7 +38,7 @@ from ..config import CodeModeConfig, Settings
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
 from ..errors import ConfigError, UnsupportedError
-from ..governance import PolicyBook, RateLimiter
+from ..governance import PolicyBook
 from ..governance.approvals import Approver, Elicit
 from ..languages import canonical
 from ..observability import RunMetrics
@@ -50,6 +50,7 @@ from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import detect_sandbox
 from ..skills import SkillBook, SkillStore
 from ..stubs import StubIndex
+from ..tenants import current_tenant
 from ..validate import oversize
 from ._caching import CacheStage, Keyed, replayed
 from ._environment import prepare
@@ -61,6 +62,7 @@ from ._request import NetworkRequest, RunPlan, plan_run, resolve, validate_packa
 from ._runners import RunnerHosts, eager_names
 from ._sessions import Session, SessionBook
 from ._stubs import STUB_LANGUAGES, StubBook
+from ._tenancy import TenantRules
 
 logger = logging.getLogger(__name__)
 
@@ -128,10 +130,9 @@ class CodeMode:
             settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
         self._cache = CacheStage(self.scripts, network_observed=self.sandbox.network_enforced())
-        self.policy = PolicyBook({name: entry.policy for name, entry in config.servers.items()}, settings.policy)
-        """Each server's tool policy (the servers file's ``policy`` entries, ``CODE_MODE_POLICY``)."""
-        self.rate = RateLimiter()
-        """Per-minute rates of tools across runs."""
+        self.rules = TenantRules(config)
+        """Each tenant's tool policy (the servers file's ``policy`` entries, ``CODE_MODE_POLICY``, and a tenant's
+        policy file) and per-minute rates of tools across runs."""
         self.audit: AuditLog | None = None
         """The audit log and the plans, in the cache database (None when it cannot be opened)."""
         self._audit_writer: AuditWriter | None = None
@@ -322,13 +323,25 @@ class CodeMode:
         info = self.pool.find(server, tool)
         return info.schema_hash if info else None
 
+    # ----- the tenant a request acts for (``tenants.current_tenant``) ------------------------------
+
+    @property
+    def policy(self) -> PolicyBook:
+        """The tool policy of the tenant acting now (``_tenancy.TenantRules``)."""
+        return self.rules.policy()
+
+    def _allowed(self) -> frozenset[str] | None:
+        """The servers the tenant acting now may see and call (None: every server)."""
+        return current_tenant().servers
+
     # ----- stubs ----------------------------------------------------------------------------
 
     @property
     def index(self) -> StubIndex:
-        """Namespaces and functions of every downstream tool, at the pool's current version."""
+        """Namespaces and functions of every downstream tool at the pool's current version, as the tenant acting
+        now sees them (only its servers, when its entry lists them)."""
         self._refresh()
-        return self._stubs.index
+        return self._stubs.view(self._allowed(), current_tenant().name)
 
     def _refresh(self) -> None:
         """Give every runner the new stubs when the downstream tools changed."""
@@ -341,7 +354,7 @@ class CodeMode:
     def bundle(self, stub_language: str) -> StubBundle:
         """The full stub module for one stub language at the current version, with the skills its runs may call."""
         self._refresh()
-        bundle = self._stubs.bundle(stub_language)
+        bundle = self._stubs.bundle(stub_language, self._allowed(), current_tenant().name)
         return bundle if self.skills is None else self.skills.extend(bundle, stub_language)
 
     def stubs(self, language: str = "python", servers: list[str] | None = None, names: list[str] | None = None) -> str:
@@ -349,7 +362,8 @@ class CodeMode:
         self._refresh()
         asked = [n.strip()[len("skills.") :] for n in names or [] if n.strip().startswith("skills.")]
         tools = [n for n in names or [] if not n.strip().startswith("skills.")]
-        rendered = self._stubs.render(language, servers, tools) if tools or not asked else ""
+        allowed, tenant = self._allowed(), current_tenant().name
+        rendered = self._stubs.render(language, servers, tools, allowed, tenant) if tools or not asked else ""
         family = STUB_LANGUAGES.get(language.strip().lower(), "python")
         if asked:  # skills.name: that skill's stub
             if self.skills is None:
@@ -554,7 +568,9 @@ class CodeMode:
             if elicit is not None
             else None
         )
-        gate = RunGate(self.policy, self.rate, mode=mode, approver=approver, approved=approved, mask=privacy.mask)
+        gate = RunGate(
+            self.policy, self.rules.rate(), mode=mode, approver=approver, approved=approved, mask=privacy.mask
+        )
         run_id = uuid.uuid4().hex
         traced: dict[int, str] = {}
         """Each call's masked arguments as JSON, by ``id(record)``, for its span (``CODE_MODE_TRACE_CONTENT``)."""
@@ -877,7 +893,8 @@ class CodeMode:
 
     def servers(self) -> list[dict[str, Any]]:
         """Each downstream server's state (secrets in an error it reported are ``[SECRET]``)."""
-        statuses = [s.status() for s in self.pool.servers.values()]
+        allowed = self._allowed()
+        statuses = [s.status() for s in self.pool.servers.values() if allowed is None or s.name in allowed]
         for status in statuses:
             if isinstance(status.get("error"), str):
                 status["error"] = self.privacy.scrub(status["error"])
@@ -896,7 +913,11 @@ class CodeMode:
     def search_tools(
         self, query: str, *, server: str | None = None, detail: str = "summary", limit: int = 10
     ) -> dict[str, Any]:
-        found = self.tool_search.search(self.index, self.pool.version, query, server=server, detail=detail, limit=limit)
+        self._refresh()
+        view = self.index if self._allowed() is not None else None  # ranked in the whole index, kept once
+        found = self.tool_search.search(
+            self._stubs.index, self.pool.version, query, server=server, detail=detail, limit=limit, view=view
+        )
         if self.skills is not None and server is None:
             hits = self.skills.search(query, limit)
             if hits:

@@ -3,7 +3,9 @@
 A session (``execute_code(session="new")``) is one runner's interpreter kept for a client's later runs
 (``runners.RunnerSession``: a worker of its own, killed when the session closes). The book keys sessions by an
 unguessable id (``secrets.token_urlsafe``) and by the client that opened it: another client's id, an expired
-one and a made-up one all answer the same "unknown session", so an id tells nothing about other clients.
+one and a made-up one all answer the same "unknown session", so an id tells nothing about other clients. A
+client's identity carries its tenant (``_clients.scoped``), so another tenant's session is another client's:
+``max_per_client`` is per client (an MCP session of a tenant), ``max_total`` counts every tenant's.
 
 A session runs one run at a time: a second call while one runs is refused (``SessionBusy`` words it), not
 queued behind a run whose length nobody knows. A session closes when its client closes it, when it has been

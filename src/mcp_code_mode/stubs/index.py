@@ -7,7 +7,7 @@ Built once per tool-index version and shared by the Python and TypeScript render
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,8 @@ class StubIndex:
     unavailable: Mapping[str, str] = field(default_factory=dict[str, str])
     """Namespace → why that server is down (failed to start, disabled): its namespace in the sandbox raises
     that reason on every tool, and a runner's run message can carry it (``"unavailable"``)."""
+    tenant: str | None = None
+    """Set on a tenant's view (``only``): whose servers these are, for the refusals that list them."""
     _by_namespace: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
     _by_name: dict[str, ServerSpec] = field(default_factory=dict, repr=False)
 
@@ -116,6 +118,22 @@ class StubIndex:
         index._by_namespace.update({s.namespace: s for s in specs})
         index._by_name.update({s.name: s for s in specs})
         return index
+
+    def only(self, names: Collection[str], tenant: str) -> StubIndex:
+        """A tenant's view: the servers named (by server name) and nothing of the others, each keeping the
+        namespace and functions it has in the whole index (what scripts and stubs spell stays the same)."""
+        specs = tuple(s for s in self.servers if s.name in names)
+        kept = {s.namespace for s in specs}
+        down = {ns: reason for ns, reason in self.unavailable.items() if ns in kept}
+        index = StubIndex(servers=specs, unavailable=down, tenant=tenant)
+        index._by_namespace.update({s.namespace: s for s in specs})
+        index._by_name.update({s.name: s for s in specs})
+        return index
+
+    def known(self) -> str:
+        """The servers a refusal lists: ``configured: a, b``, or for a tenant's view ``tenant acme's servers: a``."""
+        names = ", ".join(s.name for s in self.servers) or "none"
+        return f"tenant {self.tenant}'s servers: {names}" if self.tenant is not None else f"configured: {names}"
 
     def unavailable_reason(self, server: ServerSpec) -> str | None:
         """Why ``server`` is down, or ``None`` when it was not reported down."""
