@@ -22,6 +22,7 @@ from mcp_code_mode import config as config_module
 from mcp_code_mode.cli import _parser
 from mcp_code_mode.config import ENV_PREFIX, Settings, parse_servers
 from mcp_code_mode.http_server import HttpOptions
+from mcp_code_mode.tenants import parse_tenants
 
 from .conftest import ROOT
 
@@ -34,7 +35,6 @@ K8S = ROOT / "deploy" / "k8s"
 FILES = [DOCKERFILE, COMPOSE, NGINX, ENTRYPOINT, *sorted(K8S.glob("*.yaml")), K8S / "README.md"]
 
 PENDING = {
-    "CODE_MODE_AUTH_TOKENS": "the tenants branch (per-tenant tokens file)",
     "CODE_MODE_DATABASE_URL": "the store branch (PostgreSQL)",
     "CODE_MODE_REPLICA_ID": "the replicas branch",
 }
@@ -253,6 +253,9 @@ def test_the_tokens_secret_is_mounted_where_code_mode_auth_tokens_points() -> No
     items = {item["path"]: item["key"] for item in volume["secret"].get("items", [])}
     key = items.get(path.name, path.name)
     assert key in secret["stringData"]
+    # the placeholder is a tokens file the server accepts (and whose one hash no token has)
+    book = parse_tenants(secret["stringData"][key], source="secret.yaml", base=Path("/"), servers=())
+    assert [t.name for t in book.tenants] == ["example"]
     reference = k8s_env()["CODE_MODE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     assert reference["name"] == secret["metadata"]["name"] and reference["key"] in secret["stringData"]
     assert secret["stringData"][reference["key"]].startswith("postgresql://")
