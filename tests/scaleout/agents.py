@@ -125,13 +125,24 @@ async def save_skill(url: str) -> None:
         assert not saved.is_error, saved
 
 
-def stored_runs(db: Path, nonces: Sequence[str]) -> dict[str, list[tuple[str, int]]]:
-    """Nonce → its rows in the shared SQLite store, as ``(hash, run_count)``."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+def script_rows(store: Path | str) -> list[tuple[str, int, str]]:
+    """Every stored script as ``(hash, run_count, code)``: from the shared SQLite file, or a PostgreSQL URL (psycopg,
+    which the PostgreSQL store brings)."""
+    if isinstance(store, str):
+        import psycopg  # pyright: ignore[reportMissingImports]
+
+        with psycopg.connect(store) as conn:  # pyright: ignore[reportUnknownVariableType]
+            return [tuple(row) for row in conn.execute("SELECT hash, run_count, code FROM scripts").fetchall()]
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
     try:
-        rows = conn.execute("SELECT hash, run_count, code FROM scripts").fetchall()
+        return conn.execute("SELECT hash, run_count, code FROM scripts").fetchall()
     finally:
         conn.close()
+
+
+def stored_runs(store: Path | str, nonces: Sequence[str]) -> dict[str, list[tuple[str, int]]]:
+    """Nonce → its rows in the shared store, as ``(hash, run_count)``."""
+    rows = script_rows(store)
     found: dict[str, list[tuple[str, int]]] = {n: [] for n in nonces}
     for hash_, run_count, code in rows:
         for nonce in nonces:

