@@ -202,10 +202,16 @@ async def kill_scenario(args: Any, section: Section, base: Path, database: Datab
         acknowledged = agents.acknowledged()
         failed = agents.failed()
         failed_runs = [op for op in failed if op.kind == "tool_run" and op.nonce]
-        stored = stored_runs(running.store, [op.nonce for op in [*acknowledged, *failed_runs] if op.nonce])
+        store = running.store
+        if database == "postgresql" and running.store_file.exists():
+            section.failed = (
+                "the replicas stored in SQLite, not in PostgreSQL: this build does not read CODE_MODE_DATABASE_URL"
+            )
+            store = running.store_file
+        stored = stored_runs(store, [op.nonce for op in [*acknowledged, *failed_runs] if op.nonce])
         once = sum(1 for op in acknowledged if op.nonce and [c for _, c in stored[op.nonce]] == [1])
         orphans = sum(1 for op in failed_runs if op.nonce and stored[op.nonce])
-        integrity = store_integrity(running.store_file) if database == "sqlite" else {"integrity": "n/a"}
+        integrity = store_integrity(store) if isinstance(store, Path) else {"integrity": "n/a (PostgreSQL)"}
         after = [op for op in agents.ops if op.started > killed_at]
         after_ok = [op for op in after if op.ok]
         clear = [op for op in failed if op.error and any(g in op.error for g in GONE)]
@@ -266,7 +272,7 @@ async def kill_scenario(args: Any, section: Section, base: Path, database: Datab
         not late_failures and healthy,
     )
     if once != len(acknowledged) or facts["left"] or left_dirs or not healthy:
-        section.failed = "a kill check failed (see the table)"
+        section.failed = section.failed or "a kill check failed (see the table)"
 
 
 def main() -> int:
