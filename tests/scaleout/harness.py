@@ -238,16 +238,20 @@ http {{
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = START_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
+
+    def tail() -> str:
+        return log.read_text(encoding="utf-8", errors="replace")[-4000:]
+
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+            raise RuntimeError(f"{url} exited with {process.returncode}:\n{tail()}")
         try:
             if httpx2.get(url, timeout=1).status_code == 200:
                 return
         except httpx2.TransportError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer within {timeout:g} s:\n{log.read_text(errors='replace')[-4000:]}")
+            raise RuntimeError(f"{url} did not answer within {timeout:g} s:\n{tail()}")
         time.sleep(0.05)  # polling a port: there is no event to wait on
 
 

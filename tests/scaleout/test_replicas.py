@@ -39,13 +39,20 @@ def test_the_shipped_nginx_conf_passes_nginx_t(tmp_path: Path) -> None:
     for name in ("nginx.conf", "code-mode.conf", "code-mode-proxy.conf"):
         shutil.copy(NGINX_DIR / name, tmp_path / name)
     conf = tmp_path / "nginx.conf"
-    conf.write_text(re.sub(r"replica-\d:8000", f"127.0.0.1:{free_port()}", conf.read_text(encoding="utf-8")))
+    text = re.sub(r"replica-\d:8000", f"127.0.0.1:{free_port()}", conf.read_text(encoding="utf-8"))
+    conf.write_text(text, encoding="utf-8")
     (tmp_path / "logs").mkdir()
     argv = [str(nginx_binary()), "-t", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "logs/error.log")]
     checked = subprocess.run(
         [*argv, "-g", f"pid {tmp_path}/nginx.pid;"], capture_output=True, text=True, timeout=30, check=False
     )
     assert checked.returncode == 0, checked.stderr
+    # A request that reached a replica is never sent to another (a run acknowledged once is stored once).
+    proxy = [
+        line.split("#")[0] for line in (NGINX_DIR / "code-mode-proxy.conf").read_text(encoding="utf-8").splitlines()
+    ]
+    assert "proxy_next_upstream error timeout;" in [line.strip() for line in proxy]
+    assert not any("non_idempotent" in line for line in proxy)
 
 
 async def test_a_session_keeps_its_replica_through_nginx_while_other_sessions_are_balanced(three: Cluster) -> None:
