@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import httpx2
 import pytest
 
 from .agents import GONE, Agents, connect, save_skill, store_integrity, stored_runs
-from .harness import NGINX_DIR, Cluster, alive, cluster, free_port, nginx_binary
+from .harness import NGINX_DIR, Cluster, Replica, alive, cluster, free_port, nginx_binary
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -111,7 +112,8 @@ async def test_a_replica_killed_mid_run_loses_only_its_runs_and_leaves_nothing_o
 ) -> None:
     await save_skill(three.url)
     agents = Agents(three.url, tool_prefix=SLOW_RUN)
-    victim = three.replicas[0]
+    seen = len(three.balancer.routes())
+    victims: list[Replica] = []
     killed_at: list[float] = []
     tree: set[int] = set()
     held: set[Path] = set()
@@ -128,6 +130,10 @@ async def test_a_replica_killed_mid_run_loses_only_its_runs_and_leaves_nothing_o
                 tg.start_soon(lambda a=agent: agents.run_agent(a, until=enough))
             while len(agents.acknowledged()) < AGENTS:
                 await anyio.sleep(0.05)
+            # The victim: the replica holding most of the agents' sessions (so some of their runs are on it).
+            names = Counter(sid.partition(".")[0] for *_, sid in three.balancer.routes()[seen:] if sid)
+            victim = next(r for r in three.replicas if r.name == names.most_common(1)[0][0])
+            victims.append(victim)
             held |= held_directories(victim.process.pid)
             cgroups += memory_cgroups(victim.process.pid)
             tree |= victim.kill()
@@ -150,7 +156,7 @@ async def test_a_replica_killed_mid_run_loses_only_its_runs_and_leaves_nothing_o
     integrity = store_integrity(three.store_file)
     assert integrity["integrity"] == "ok" and integrity["scripts"] == integrity["indexed"], integrity
     # The survivors kept serving; the victim, restarted, sweeps what it left and serves again.
-    again = three.restart(victim)
+    again = three.restart(victims[0])
     assert not [p for p in held if p.exists()], held
     assert not [p for p in cgroups if p.exists()], cgroups
     assert not list(three.workspace_dir.glob("mcp-code-mode-*"))
