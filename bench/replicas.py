@@ -14,11 +14,14 @@ agent sends (``cache_hit``: a hit after its first run), ``search_cached_scripts`
 (``search``), a script calling a saved skill (``skill``). Throughput is acknowledged operations (the client got
 its result) per second; latency is per operation, the whole MCP call as the client sees it.
 
-The kill scenario: three replicas, the same agents with a 0.2 s sleep in each tool run (so runs are in flight),
-replica r1 SIGKILLed a third of the way in. Checked: every acknowledged tool run is stored exactly once
-(``run_count`` 1); every failure is a run that was on r1, and says the replica went away; no process of r1 is
-left; r1 restarted removes the gate directories and cgroups it left; the survivors serve every request after the
-kill (nginx passes a request that found r1 refusing connections to another replica, never one that was sent).
+The kill scenarios, each on three fresh replicas: the same agents with a 0.2 s sleep in each tool run (so runs are
+in flight), a replica SIGKILLed a third of the way in. Stateless: r1, every request balanced. Stateful (no
+``--stateless``, ``deploy/nginx`` pinning each MCP session to the replica named in its id): each agent also keeps
+a code-mode session and counts on in it, and the replica killed is the one holding most of them. Checked: every
+acknowledged tool run is stored exactly once (``run_count`` 1); every failure says the replica went away; no
+process of the dead replica is left; restarted, it removes the gate directories and cgroups it left; every agent
+is served after the kill (stateless: every request; stateful: an agent whose session died opens another, on a
+survivor; nginx passes a request that found the dead replica refusing connections on, never one it had sent).
 """
 
 from __future__ import annotations
@@ -40,9 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.scaleou
 
 from common import Section, median, parser, percentile, ratio, run_section
 from tests.scaleout.agents import GONE, Agents, Op, save_skill, store_integrity, stored_runs
-from tests.scaleout.harness import Cluster, Database, alive, cluster, descendants
+from tests.scaleout.harness import Cluster, Database, Replica, alive, cluster, descendants
 
 KINDS = ("tool_run", "cache_hit", "search", "skill")
+MIX = ("tool_run", "cache_hit", "tool_run", "search", "skill")
+SESSION_MIX = ("tool_run", "session", "cache_hit", "session", "search", "skill")
+"""The stateful kill's mix: each agent keeps a code-mode session and counts on in it."""
 SETTINGS = {"pool_size": "2", "monty_pool_size": "0"}
 """Per replica: two warm workers of the local runner (the default python runner), no Monty ones."""
 SLOW = "import time\ntime.sleep(0.2)\n"
@@ -91,16 +97,28 @@ def cpu_now(running: Cluster) -> tuple[float, float, float]:
     return time.process_time(), replicas, cpu_seconds(running.balancer.process.pid)
 
 
-async def drive(running: Cluster, agents: Agents, k: int, seconds: float, at: float | None = None) -> dict[str, Any]:
-    """``k`` agents for ``seconds``; with ``at``, r1 is SIGKILLed that many seconds in."""
+def busiest(running: Cluster, since: int) -> Replica:
+    """The replica named by most MCP sessions in the balancer's log after its first ``since`` lines."""
+    names = Counter(sid.partition(".")[0] for *_, sid in running.balancer.routes()[since:] if sid)
+    top = names.most_common(1)[0][0] if names else running.replicas[0].name
+    return next(r for r in running.replicas if r.name == top)
+
+
+async def drive(
+    running: Cluster, agents: Agents, k: int, seconds: float, at: float | None = None, *, stateful: bool = False
+) -> dict[str, Any]:
+    """``k`` agents for ``seconds``; with ``at``, a replica is SIGKILLed that many seconds in: r1, or with
+    ``stateful`` the one holding most of the agents' sessions."""
     end = time.monotonic() + seconds
     facts: dict[str, Any] = {}
+    since = len(running.balancer.routes())
     async with anyio.create_task_group() as tg:
         for agent in range(k):
             tg.start_soon(lambda a=agent: agents.run_agent(a, until=lambda: time.monotonic() >= end))
         if at is not None:
             await anyio.sleep(at)
-            victim = running.replicas[0]
+            victim = busiest(running, since) if stateful else running.replicas[0]
+            facts["victim"] = victim
             tree = descendants(victim.process.pid)
             facts["held"] = held_directories({victim.process.pid})
             facts["tree"] = victim.kill() | tree
@@ -181,7 +199,8 @@ async def measure(args: Any, section: Section) -> None:
             failures = Counter((op.error or "")[:120] for op in done if not op.ok)
             section.notes.extend(f"{n} replicas: {count} × {error}" for error, count in failures.most_common(3))
         if args.kill:
-            await kill_scenario(args, section, Path(tmp) / "kill", database)
+            await kill_scenario(args, section, Path(tmp) / "kill", database, stateful=False)
+            await kill_scenario(args, section, Path(tmp) / "kill-stateful", database, stateful=True)
     section.notes.append(
         f"Per replica: CODE_MODE_POOL_SIZE={SETTINGS['pool_size']}, no Monty pool, no Pyodide pool, the hashing "
         "embedder. nginx, the replicas, their workers and the agents share this machine's cores with other "
@@ -191,14 +210,17 @@ async def measure(args: Any, section: Section) -> None:
     )
 
 
-async def kill_scenario(args: Any, section: Section, base: Path, database: Database) -> None:
-    with cluster(3, base, stateless=True, database=database, settings=SETTINGS) as running:
+async def kill_scenario(args: Any, section: Section, base: Path, database: Database, *, stateful: bool) -> None:
+    mode = "stateful replicas, each agent with a code-mode session" if stateful else "`--stateless` replicas"
+    with cluster(3, base, stateless=not stateful, database=database, settings=SETTINGS) as running:
         await warm(running)
-        agents = Agents(running.url, tool_prefix=SLOW)
+        agents = Agents(running.url, mix=SESSION_MIX if stateful else MIX, tool_prefix=SLOW)
         load = os.getloadavg()[0]
         at = args.seconds / 3
-        facts = await drive(running, agents, args.agents, args.seconds, at=at)
+        facts = await drive(running, agents, args.agents, args.seconds, at=at, stateful=stateful)
         killed_at: float = facts["killed_at"]
+        victim: Replica = facts["victim"]
+        name = victim.name
         acknowledged = agents.acknowledged()
         failed = agents.failed()
         failed_runs = [op for op in failed if op.kind == "tool_run" and op.nonce]
@@ -216,20 +238,21 @@ async def kill_scenario(args: Any, section: Section, base: Path, database: Datab
         after_ok = [op for op in after if op.ok]
         clear = [op for op in failed if op.error and any(g in op.error for g in GONE)]
         late_failures = [op for op in failed if op.started > killed_at]
-        running.restart(running.replicas[0])
+        served = {op.agent for op in agents.ops if op.ok and op.started > killed_at}
+        running.restart(victim)
         left_dirs = [p for p in facts["held"] if p.exists()]
         healthy = all(
             httpx2.get(f"http://127.0.0.1:{r.port}/healthz", timeout=5).status_code == 200 for r in running.replicas
         )
     table = section.table(
-        f"Kill: 3 replicas, {args.agents} agents for {args.seconds:g} s, r1 SIGKILLed {at:.1f} s in (load average "
-        f"{load:.1f}).",
+        f"Kill ({mode}): 3 replicas, {args.agents} agents for {args.seconds:g} s, {name} SIGKILLed {at:.1f} s in "
+        f"(load average {load:.1f}).",
         ["check", "measured"],
     )
     rows = [
         ("operations acknowledged (of them tool runs)", f"{sum(op.ok for op in agents.ops)} ({len(acknowledged)})"),
         ("acknowledged tool runs stored exactly once", f"{once} of {len(acknowledged)}"),
-        ("failed operations (in flight on r1)", str(len(failed))),
+        (f"failed operations (on {name})", str(len(failed))),
         ("… saying the replica went away", f"{len(clear)} of {len(failed)}"),
         ("… failed tool runs stored anyway (run ended, answer lost)", f"{orphans} of {len(failed_runs)}"),
         (
@@ -238,40 +261,54 @@ async def kill_scenario(args: Any, section: Section, base: Path, database: Datab
             f"indexed {integrity.get('indexed', '?')}",
         ),
         (
-            "r1's processes (replica, workers, sandboxes, downstream server)",
+            f"{name}'s processes (replica, workers, sandboxes, downstream server)",
             f"{len(facts['tree'])}, all gone {facts['gone_ms']:.0f} ms after the kill"
             if not facts["left"]
             else f"{len(facts['left'])} left",
         ),
-        ("r1's gate/workspace directories after its restart", f"{len(left_dirs)} of {len(facts['held'])} left"),
+        (f"{name}'s gate/workspace directories after its restart", f"{len(left_dirs)} of {len(facts['held'])} left"),
         ("operations started after the kill", f"{len(after_ok)} of {len(after)} acknowledged"),
+        ("agents served after the kill", f"{len(served)} of {args.agents}"),
         (
             "throughput before / after the kill (ops/s)",
             f"{sum(1 for op in agents.ops if op.ok and op.started <= killed_at) / at:.1f} / "
             f"{sum(1 for op in agents.ops if op.ok and op.started > killed_at) / (args.seconds - at):.1f}",
         ),
-        ("every replica healthy after r1's restart", "yes" if healthy else "no"),
+        (f"every replica healthy after {name}'s restart", "yes" if healthy else "no"),
     ]
+    if stateful:
+        rows.append(
+            ("code-mode sessions opened / lost with the replica", f"{agents.sessions_opened} / {agents.sessions_lost}")
+        )
     table.rows.extend([name, value] for name, value in rows)
     errors = Counter((op.error or "")[:160] for op in failed)
-    section.notes.extend(f"kill: {count} × {error}" for error, count in errors.most_common(4))
+    kind = "stateful" if stateful else "stateless"
+    section.notes.extend(f"kill ({kind}): {count} × {error}" for error, count in errors.most_common(4))
+    # Stateless: every request after the kill finds a survivor. Stateful: a session pinned to the dead replica
+    # fails once more (its next request), and its agent opens a new one on a survivor.
+    survived = len(served) == args.agents and (stateful or not late_failures)
     section.target(
-        "every acknowledged run stored exactly once", f"{once} of {len(acknowledged)}", once == len(acknowledged)
+        f"every acknowledged run stored exactly once ({kind})",
+        f"{once} of {len(acknowledged)}",
+        once == len(acknowledged),
     )
     section.target(
-        "runs on the killed replica fail saying so", f"{len(clear)} of {len(failed)}", len(clear) == len(failed)
+        f"runs on the killed replica fail saying so ({kind})",
+        f"{len(clear)} of {len(failed)}",
+        len(clear) == len(failed),
     )
     section.target(
-        "no process or directory left",
+        f"no process or directory left ({kind})",
         f"{len(facts['left'])} processes, {len(left_dirs)} directories",
         not facts["left"] and not left_dirs,
     )
     section.target(
-        "survivors keep serving",
-        f"{len(late_failures)} failures after the kill; healthy: {healthy}",
-        not late_failures and healthy,
+        f"survivors keep serving ({kind})",
+        f"{len(served)} of {args.agents} agents served after the kill, {len(late_failures)} failures after it; "
+        f"healthy: {healthy}",
+        survived and healthy,
     )
-    if once != len(acknowledged) or facts["left"] or left_dirs or not healthy:
+    if once != len(acknowledged) or facts["left"] or left_dirs or not healthy or not survived:
         section.failed = section.failed or "a kill check failed (see the table)"
 
 

@@ -54,6 +54,11 @@ class Agents:
     ops: list[Op] = field(default_factory=list[Op])
     reconnects: int = 0
     stop: anyio.Event = field(default_factory=anyio.Event)
+    sessions: dict[int, tuple[str, int]] = field(default_factory=dict[int, tuple[str, int]])
+    """Agent → its code-mode session (``session`` operations: opened, then ``n += 1`` in it) and its ``n``."""
+    sessions_opened: int = 0
+    sessions_lost: int = 0
+    """Sessions whose client's replica went away (they were open, and the agent had to start another)."""
 
     def acknowledged(self, kind: str = "tool_run") -> list[Op]:
         return [op for op in self.ops if op.kind == kind and op.ok]
@@ -74,6 +79,8 @@ class Agents:
                 else:
                     code = SHARED
                 result = await client.call_tool("execute_code", {"language": "python", "code": code})
+            elif kind == "session":
+                return await self.session_step(client, agent, started)
             elif kind == "search":
                 result = await client.call_tool("search_cached_scripts", {"query": "add two numbers"})
                 if not result.is_error:
@@ -88,6 +95,24 @@ class Agents:
             text = " ".join(getattr(c, "text", "") for c in result.content)
             return Op(agent, kind, started, ms, False, f"tool error: {content.get('error') or text}"[:500], nonce)
         return Op(agent, kind, started, ms, True, None, nonce, content.get("hash"))
+
+    async def session_step(self, client: Client, agent: int, started: float) -> Op:
+        """Open the agent's code-mode session, or count on in it (its state must have kept)."""
+        held = self.sessions.get(agent)
+        arguments = {"language": "python", "session": held[0] if held else "new"}
+        arguments["code"] = "n += 1\nprint(n)" if held else "n = 0\nprint(n)"
+        result = await client.call_tool("execute_code", arguments)
+        ms = (time.monotonic() - started) * 1000
+        content = result.structured_content or {}
+        expected = f"{held[1] + 1 if held else 0}\n"
+        if result.is_error or not content.get("success") or content.get("output") != expected:
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            error = content.get("error") or text or f"session output {content.get('output')!r}, not {expected!r}"
+            return Op(agent, "session", started, ms, False, f"tool error: {error}"[:500])
+        session = held[0] if held else str(content["sessionId"])
+        self.sessions_opened += held is None
+        self.sessions[agent] = (session, int(expected))
+        return Op(agent, "session", started, ms, True, session=session)
 
     async def run_agent(self, agent: int, *, steps: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Operations one after another (as an agent does), from ``mix`` at place ``agent``; a client whose replica
@@ -108,6 +133,8 @@ class Agents:
             except Exception:  # the client's exit against a dead replica: then a new client
                 pass
             self.reconnects += 1
+            if self.sessions.pop(agent, None) is not None:
+                self.sessions_lost += 1  # its replica went away with it
 
 
 @asynccontextmanager
