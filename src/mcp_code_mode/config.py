@@ -273,6 +273,10 @@ class Settings(BaseModel):
     http_session_idle_s: float = Field(default=1800.0, gt=0)
     """Seconds a streamable HTTP session may go without a request in flight before it is closed and its
     resources freed; its id then answers 404 and the client opens a new session. Unused with ``--stateless``."""
+    replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """This process's name among replicas behind a load balancer (letters, digits, ``-``, ``_``). Its streamable
+    HTTP session ids then start with ``<replica_id>.``, which the balancer reads to send a session's requests to
+    the replica that holds it (``deploy/nginx``); a session id of another replica answers 404 naming both."""
     session_idle_s: float = Field(default=600.0, gt=0)
     """Seconds a session (``execute_code(session="new")``) may go unused before it is closed and its worker
     killed; its id then answers "unknown session"."""

@@ -13,6 +13,8 @@
 - Sessions: the SDK's session manager, with at most ``CODE_MODE_HTTP_MAX_SESSIONS`` open (one more
   gets 503 while the open ones keep working) and each closed after ``CODE_MODE_HTTP_SESSION_IDLE_S``
   without a request (its id then answers 404); or stateless, for replicas behind a load balancer.
+- Replicas (``CODE_MODE_REPLICA_ID``): session ids carry the replica's name (``ReplicaSessions``), so that a
+  balancer sends each session's requests to the replica that holds it and balances the rest.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._clients import TenantAccessToken
 from .config import Settings, tenant_book
@@ -260,6 +262,54 @@ class PeerCheck:
         await response(scope, receive, send)
 
 
+SESSION_HEADER = b"mcp-session-id"
+
+
+class ReplicaSessions:
+    """ASGI middleware of a replica (``CODE_MODE_REPLICA_ID``): the SDK's session ids go out as ``<replica>.<id>``
+    and come back without the prefix, so that a balancer routes a session by its id alone (``deploy/nginx``).
+
+    A request with a session id of another replica (that replica is gone, or the balancer's map is wrong) gets
+    404, which tells an MCP client its session is over, with a JSON-RPC error naming both replicas."""
+
+    def __init__(self, app: ASGIApp, replica: str) -> None:
+        self.app = app
+        self.replica = replica
+        self.prefix = f"{replica}.".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        given = next((value for key, value in headers if key == SESSION_HEADER), None)
+        if given is not None:
+            if not given.startswith(self.prefix):
+                owner, dot, _ = given.decode("latin-1").partition(".")
+                whose = f"replica {owner[:64]!r}" if dot else "no replica"
+                message = (
+                    f"this MCP session belongs to {whose}, and this is replica {self.replica!r}: "
+                    "that replica is gone (its sessions with it) or the balancer routed the request elsewhere; "
+                    "open a new session"
+                )
+                body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": message}}
+                await JSONResponse(body, status_code=404)(scope, receive, send)
+                return
+            stripped = [(k, v[len(self.prefix) :] if k == SESSION_HEADER else v) for k, v in headers]
+            scope = {**scope, "headers": stripped}
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                out: list[tuple[bytes, bytes]] = list(message.get("headers", []))
+                message = {
+                    **message,
+                    "headers": [(k, self.prefix + v if k.lower() == SESSION_HEADER else v) for k, v in out],
+                }
+            await send(message)
+
+        await self.app(scope, receive, tagged)
+
+
 def describe(options: HttpOptions, settings: Settings) -> str:
     """The start-up line: where, auth, and the session limits (or stateless)."""
     sessions = (
@@ -271,7 +321,8 @@ def describe(options: HttpOptions, settings: Settings) -> str:
         auth = f"bearer token of a tenant required ({settings.auth_tokens})"
     else:
         auth = "bearer token required" if settings.auth_token else "no token: loopback only"
-    return f"mcp-code-mode: serving MCP over streamable HTTP at {options.url} ({auth}; {sessions})"
+    replica = f"; replica {settings.replica_id}" if settings.replica_id else ""
+    return f"mcp-code-mode: serving MCP over streamable HTTP at {options.url} ({auth}; {sessions}{replica})"
 
 
 def build_http_server(engine: CodeMode, options: HttpOptions) -> CodeModeServer:
@@ -326,6 +377,8 @@ def build_http_app(engine: CodeMode, options: HttpOptions) -> Starlette:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=options.host,
     )
+    if settings.replica_id is not None and not options.stateless:
+        app.add_middleware(ReplicaSessions, replica=settings.replica_id)
     app.add_middleware(PeerCheck, policy=policy, exempt=("/healthz",))
     return app
 

@@ -100,3 +100,14 @@ async def test_an_idle_session_is_closed_by_the_sweeper_and_then_is_unknown_to_i
         sessions.get("a", mine)
     await sessions.aclose()
     assert kept.closed and len(sessions) == 0
+
+
+async def test_a_replicas_session_ids_carry_its_name_and_another_replica_says_where_the_session_is() -> None:
+    r1 = SessionBook(idle_s=600, max_total=4, max_per_client=2, replica="r1")
+    r2 = SessionBook(idle_s=600, max_total=4, max_per_client=2, replica="r2")
+    session_id, _ = await opened(r1, "a")
+    assert session_id.startswith("r1~") and r1.get("a", session_id).runner == "cpython"
+    with pytest.raises(UnsupportedError, match="lives on replica 'r1', and this request reached replica 'r2'"):
+        r2.get("a", session_id)
+    with pytest.raises(UnsupportedError, match="^unknown session"):  # its own name: unknown, as ever
+        r2.get("a", "r2~made-up")

@@ -82,3 +82,43 @@ def test_a_process_mode_server_removes_the_workspaces_a_killed_server_left(tmp_p
     Sandbox(Settings(sandbox="process", workspace_dir=tmp_path), "test")
     assert not left.exists()
     assert mine.exists() and other.exists()
+
+
+def test_the_directories_of_a_sigkilled_server_are_swept_and_a_live_servers_are_kept(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from mcp_code_mode._leftovers import remove_owned_directory, sweep_owned_directories
+    from mcp_code_mode.egress import GATE_PREFIX
+    from mcp_code_mode.sandbox.core import OWNED_WORKSPACE_PREFIX, make_workspace, sweep_workspaces
+
+    make = (
+        "import sys, time\nfrom pathlib import Path\nfrom mcp_code_mode._leftovers import make_owned_directory\n"
+        f"root = Path({str(tmp_path)!r})\n"
+        f"for prefix in ({OWNED_WORKSPACE_PREFIX!r}, {GATE_PREFIX!r}):\n"
+        "    d = make_owned_directory(prefix, root)\n    (d / 'file').write_text('x')\n    print(d, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    servers = [subprocess.Popen([sys.executable, "-c", make], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    made: list[list[Path]] = []
+    for server in servers:
+        assert server.stdout is not None
+        made.append([Path(server.stdout.readline().strip()) for _ in range(2)])
+    killed, live = made
+    servers[0].send_signal(signal.SIGKILL)
+    servers[0].wait()
+    (tmp_path / f"{GATE_PREFIX}link").symlink_to(live[1])  # a name is not enough: a link is not followed
+    mine = make_workspace(tmp_path)
+    try:
+        swept = sweep_workspaces(tmp_path) + sweep_owned_directories(GATE_PREFIX, tmp_path)
+        assert sorted(swept) == sorted(killed)
+        assert not any(p.exists() for p in killed)
+        assert all((p / "file").exists() for p in live) and mine.exists()
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+            assert server.stdout is not None
+            server.stdout.close()
+        remove_owned_directory(mine)
+    assert sorted(sweep_owned_directories(GATE_PREFIX, tmp_path)) == [live[1]]  # its server is gone now

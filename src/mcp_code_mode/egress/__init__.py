@@ -13,7 +13,7 @@ run's environment names it in ``HTTP_PROXY``/``HTTPS_PROXY``.
 
 from __future__ import annotations
 
-from .gate import SANDBOX_EGRESS, SOCKET_NAME, NetworkGrant, make_gate_directory, serve_gate, serve_unix
+from .gate import GATE_PREFIX, SANDBOX_EGRESS, SOCKET_NAME, NetworkGrant, make_gate_directory, serve_gate, serve_unix
 from .policy import AddressRefused, EgressPolicy, HostRule, classify, parse_rules
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "HostRule",
     "NetworkGrant",
     "classify",
+    "GATE_PREFIX",
     "make_gate_directory",
     "parse_rules",
     "serve_gate",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,13 @@ from pathlib import Path
 import anyio
 from anyio.abc import ByteStream
 
+from .._leftovers import make_owned_directory
 from .policy import EgressPolicy
 from .proxy import EgressLog, EgressProxy
 
 SOCKET_NAME = "proxy.sock"
+GATE_PREFIX = "mcp-code-mode-gate-"
+"""Gate directories are ``<temp dir>/mcp-code-mode-gate-<random>`` (``_leftovers``: swept when their server is gone)."""
 SANDBOX_EGRESS = "/sandbox/egress"
 """Where the gate's directory appears inside a namespaced sandbox."""
 
@@ -44,7 +46,7 @@ class NetworkGrant:
 def make_gate_directory(owner: int | None = None) -> Path:
     """A fresh host directory for one worker's gate, private to this user, or (as root) to the worker's
     uid ``owner`` (read-only inside the sandbox, so the run cannot touch the socket file either)."""
-    directory = Path(os.path.realpath(tempfile.mkdtemp(prefix="cm-egress-")))
+    directory = make_owned_directory(GATE_PREFIX)  # locked while in use: a later server removes it if this one dies
     if owner is not None:
         os.chown(directory, owner, owner)
         directory.chmod(0o500)

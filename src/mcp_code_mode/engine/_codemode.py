@@ -146,6 +146,7 @@ class CodeMode:
             idle_s=settings.session_idle_s,
             max_total=settings.max_sessions,
             max_per_client=settings.max_sessions_per_client,
+            replica=settings.replica_id,
         )
         """Open sessions (``execute(session=...)``), their owners and caps."""
         self.artifact_limits = ArtifactLimits.from_settings(settings)

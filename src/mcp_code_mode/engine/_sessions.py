@@ -66,8 +66,11 @@ class Session:
 class SessionBook:
     """Open sessions of every client, their caps, the idle sweeper and the tombstones of ended ones."""
 
-    def __init__(self, *, idle_s: float, max_total: int, max_per_client: int) -> None:
+    def __init__(self, *, idle_s: float, max_total: int, max_per_client: int, replica: str | None = None) -> None:
         self.idle_s = idle_s
+        self.replica = replica
+        """This replica's name (``CODE_MODE_REPLICA_ID``): session ids start with ``<replica>~``, so that another
+        replica, reached by a stateless client, says where the session is instead of "unknown"."""
         self.max_total = max_total
         self.max_per_client = max_per_client
         self._open: dict[str, Session] = {}
@@ -94,7 +97,8 @@ class SessionBook:
             handle = await opener()
         finally:
             self._reserved -= 1
-        session = Session(secrets.token_urlsafe(18), client, runner, language, handle)
+        token = secrets.token_urlsafe(18)
+        session = Session(f"{self.replica}~{token}" if self.replica else token, client, runner, language, handle)
         self._open[session.id] = session
         self._wake.set()
         return session
@@ -128,6 +132,13 @@ class SessionBook:
                     '(CODE_MODE_SESSION_IDLE_S); start one with session="new"'
                 )
             raise UnsupportedError(f'session {session_id!r} has ended: {tomb[0]}; start another with session="new"')
+        owner, tilde, _ = session_id.partition("~")
+        if tilde and self.replica and owner != self.replica:
+            raise UnsupportedError(
+                f"session {session_id!r} lives on replica {owner[:64]!r}, and this request reached replica "
+                f"{self.replica!r}: a session needs every request on one replica (stateful HTTP behind the balancer, "
+                'not --stateless; see deploy/nginx); start one here with session="new"'
+            )
         raise UnsupportedError(f'unknown session {session_id!r}: start one with session="new"')
 
     def list(self, client: str) -> list[dict[str, Any]]:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._leftovers import make_owned_directory, remove_owned_directory, sweep_owned_directories
 from ..config import Settings
-from ..egress import SOCKET_NAME, make_gate_directory
+from ..egress import GATE_PREFIX, SOCKET_NAME, make_gate_directory
 from ..errors import RunnerError
 
 logger = logging.getLogger(__name__)
@@ -130,9 +131,9 @@ class SandboxSpec:
 
     def cleanup(self) -> None:
         if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            remove_owned_directory(self.workspace)
         if self.egress is not None:
-            shutil.rmtree(self.egress, ignore_errors=True)
+            remove_owned_directory(self.egress)
 
 
 def sandbox_environment(home: str) -> dict[str, str]:
@@ -173,6 +174,9 @@ class Sandbox:
         self.limits = Limits.from_settings(settings)
         self.reason = reason
         """Why namespaces are not in force (empty when they are)."""
+        # What servers killed before they could clean up left on this host (SIGKILL, OOM): gates in every mode,
+        # host workspaces in process mode (a namespaced worker's workspace is a tmpfs that dies with it).
+        sweep_owned_directories(GATE_PREFIX, any_owner=is_root())
         if self.isolation == "process":
             sweep_workspaces(settings.workspace_dir)
 
@@ -311,14 +315,15 @@ class UidSlots:
 
 
 WORKSPACE_PREFIX = "mcp-code-mode-run-"
+"""Host workspaces of earlier versions: ``mcp-code-mode-run-<server pid>-<random>``."""
+OWNED_WORKSPACE_PREFIX = "mcp-code-mode-workspace-"
+"""Host workspaces: ``mcp-code-mode-workspace-<random>``, locked by their server while in use."""
 
 
 def make_workspace(root: Path | None) -> Path:
-    """A new, empty, private directory for one worker's runs (under ``root``, else the system's temp dir),
-    named after this server's pid so that a later server can remove it if this one dies first."""
-    if root is not None:
-        root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-", dir=root))
+    """A new, empty, private directory for one worker's runs (under ``root``, else the system's temp dir), locked
+    while in use (``_leftovers``) so that a later server removes it if this one dies first."""
+    return make_owned_directory(OWNED_WORKSPACE_PREFIX, root)
 
 
 def _alive(pid: int) -> bool:
@@ -332,9 +337,10 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_workspaces(root: Path | None) -> list[Path]:
-    """Remove the host workspaces of servers that are gone (killed before they could clean up)."""
+    """Remove the host workspaces of servers that are gone (killed before they could clean up): those whose lock
+    nobody holds, and those of earlier versions (named after their server's pid, unlocked) whose pid is gone."""
     folder = root or Path(tempfile.gettempdir())
-    removed: list[Path] = []
+    removed = sweep_owned_directories(OWNED_WORKSPACE_PREFIX, folder)
     try:
         entries = list(folder.iterdir())
     except OSError:
