@@ -28,11 +28,12 @@ from .conftest import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "compose.yaml"
-NGINX = ROOT / "deploy" / "compose" / "nginx.conf"
+NGINX = ROOT / "deploy" / "nginx" / "nginx.conf"
+NGINX_PARTS = [NGINX, NGINX.with_name("code-mode.conf"), NGINX.with_name("code-mode-proxy.conf")]
 ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
 IMAGE_SERVERS = ROOT / "deploy" / "docker" / "mcp_servers.json"
 K8S = ROOT / "deploy" / "k8s"
-FILES = [DOCKERFILE, COMPOSE, NGINX, ENTRYPOINT, *sorted(K8S.glob("*.yaml")), K8S / "README.md"]
+FILES = [DOCKERFILE, COMPOSE, *NGINX_PARTS, ENTRYPOINT, *sorted(K8S.glob("*.yaml")), K8S / "README.md"]
 
 PENDING = {
     "CODE_MODE_DATABASE_URL": "the store branch (PostgreSQL)",
@@ -41,6 +42,10 @@ PENDING = {
 
 PORT = 8000
 SERVE = ["serve", "--http", "--stateless", "--host", "0.0.0.0", "--port", str(PORT)]
+
+
+def nginx_text() -> str:
+    return "\n".join(part.read_text(encoding="utf-8") for part in NGINX_PARTS)
 
 
 def load_yaml(path: Path) -> Any:
@@ -191,7 +196,7 @@ def test_every_health_check_asks_the_servers_own_healthz() -> None:
         assert url in check, where
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container()[probe]["httpGet"]["path"] == "/healthz", probe
-    assert re.search(r"location = /healthz", NGINX.read_text(encoding="utf-8"))
+    assert re.search(r"location = /healthz", nginx_text())
 
 
 # ----- compose ----------------------------------------------------------------------------------------------
@@ -202,9 +207,11 @@ def test_compose_has_three_replicas_each_with_its_own_id_postgres_with_pgvector_
     ids = [service["environment"]["CODE_MODE_REPLICA_ID"] for service in replicas().values()]
     assert len(ids) == 3 and len(set(ids)) == 3
     assert services["postgres"]["image"] == "pgvector/pgvector:pg16"
-    mounts = services["nginx"]["volumes"]
-    source = ROOT / mounts[0].split(":")[0]
-    assert source == NGINX and source.is_file()
+    mounts = {ROOT / m.split(":")[0]: m.split(":")[1] for m in services["nginx"]["volumes"]}
+    assert mounts == {part: f"/etc/nginx/{part.name}" for part in NGINX_PARTS}  # the includes sit beside it
+    # nginx.conf maps each session's replica name to its upstream: the names compose gives its replicas
+    names = set(re.findall(r"^\s*(\w+)\s+code_mode_\w+;", NGINX.read_text(encoding="utf-8"), re.MULTILINE))
+    assert set(ids) <= names, (ids, names)
 
 
 def test_compose_secrets_are_where_the_settings_point() -> None:
@@ -349,7 +356,7 @@ def test_the_entrypoint_refuses_a_variable_given_twice_or_an_unreadable_file(fak
 def test_the_proxy_and_the_pods_wait_longer_than_the_longest_run() -> None:
     settings = Settings()
     longest = (settings.max_timeout_ms + settings.queue_timeout_ms) / 1000  # a run's timeout starts after its queue
-    nginx = NGINX.read_text(encoding="utf-8")
+    nginx = nginx_text()
     for directive in ("proxy_read_timeout", "proxy_send_timeout"):
         seconds = re.findall(rf"{directive}\s+(\d+)s;", nginx)
         assert seconds and all(int(s) > longest for s in seconds), directive
