@@ -44,11 +44,13 @@ def call(
 @pytest.fixture
 def filled(cache_dir: Path) -> Path:
     with AuditLog(cache_dir / "scripts.db") as log:
-        log.record(call("old_search", age_s=40 * 86_400))
-        log.record(call("create_issue", age_s=3 * 3600, decision="approved", client="session-b", ok=False))
-        log.record(call("delete_repo", age_s=600, decision="denied", ok=False))
-        log.record(call("search_issues", age_s=60))
-        log.set_run_hash("run-search_issues", RUN_HASH)
+        log.record(call("old_search", age_s=40 * 86_400), tenant="default")
+        log.record(
+            call("create_issue", age_s=3 * 3600, decision="approved", client="session-b", ok=False), tenant="default"
+        )
+        log.record(call("delete_repo", age_s=600, decision="denied", ok=False), tenant="default")
+        log.record(call("search_issues", age_s=60), tenant="default")
+        log.set_run_hash("run-search_issues", RUN_HASH, tenant="default")
     return cache_dir
 
 

@@ -23,8 +23,11 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CODE_MODE_CACHE_EMBEDDER", "hashing")
     monkeypatch.chdir(tmp_path)  # no mcp_servers.json here: the cache commands must not need one
     store = ScriptStore(directory / "scripts.db").open()
-    store.put(new_script("rows = read()\nsum(rows)", description="sum a column of a CSV file", output="42\n"))
-    old = store.put(new_script("send()", description="email the weekly report", tools=["email.send"]))
+    store.put(
+        new_script("rows = read()\nsum(rows)", description="sum a column of a CSV file", output="42\n"),
+        tenant="default",
+    )
+    old = store.put(new_script("send()", description="email the weekly report", tools=["email.send"]), tenant="default")
     store.conn.execute("UPDATE scripts SET last_used_at = ? WHERE id = ?", (time.time() - 40 * 86400, old.id))
     store.close()
     return directory

@@ -16,10 +16,13 @@ from .quality_set import QUERIES, SCRIPTS
 def measure(tmp_path: Path, embedder: Embedder | None) -> tuple[float, float]:
     store = ScriptStore(tmp_path / f"{embedder.name if embedder else 'fts'}.db", embedder).open()
     try:
-        ids = {store.put(new_script(s.code, tools=s.tools, description=s.description)).hash: s.id for s in SCRIPTS}
+        ids = {
+            store.put(new_script(s.code, tools=s.tools, description=s.description), tenant="default").hash: s.id
+            for s in SCRIPTS
+        }
         hits, reciprocal = 0, 0.0
         for query in QUERIES:
-            ranked = [ids[r.script.hash] for r in store.search(query.text, limit=10)]
+            ranked = [ids[r.script.hash] for r in store.search(query.text, limit=10, tenant="default")]
             rank = next((i for i, sid in enumerate(ranked) if sid in query.expected), None)
             hits += rank is not None and rank < 3
             reciprocal += 1 / (rank + 1) if rank is not None else 0.0
