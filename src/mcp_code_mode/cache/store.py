@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -77,6 +78,8 @@ class ScriptStore:
     _vector_max_id: int = 0
     _owners: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Script id → (tenant, language), for the vectors in ``_vectors``."""
+    _match_counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(tenant, word) → how many of its scripts match, as counted by the last search (PostgreSQL's IDF)."""
     _writes: int = 0
     _synced: tuple[int, int] | None = None
     """``(Database.changes(), own writes)`` when the vectors were last synced: unchanged means no sync."""
@@ -397,7 +400,9 @@ class ScriptStore:
             if query is None:
                 return 0
             sql = "SELECT count(*) FROM scripts WHERE tenant = ? AND search @@ to_tsquery('english', ?)"
-            return int(self.db.read(sql, (tenant, query))[0][0])
+            count = int(self.db.read(sql, (tenant, query))[0][0])
+            self._match_counts[(tenant, query)] = count
+            return count
         return int(self.db.read("SELECT count(*) FROM scripts_fts WHERE scripts_fts MATCH ?", (f'"{term}"',))[0][0])
 
     def _text_ranking(self, tenant: str, terms: Sequence[str], language: str | None) -> list[int]:
@@ -405,15 +410,7 @@ class ScriptStore:
         db = self.db
         lang, args = ("AND language = ?", [language]) if language else ("", [])
         if db.dialect == "postgresql":
-            query = ts_query(terms)
-            if query is None:
-                return []
-            rows = db.read(
-                f"SELECT id FROM scripts, to_tsquery('english', ?) q WHERE tenant = ? {lang} AND search @@ q"
-                f" ORDER BY ts_rank({_TS_WEIGHTS}, search, q) DESC, id LIMIT ?",
-                (query, tenant, *args, CANDIDATES),
-            )
-            return [int(r[0]) for r in rows]
+            return self._ts_ranking(tenant, terms, lang, args)
         expression = fts_query(terms)
         if expression is None:
             return []
@@ -436,6 +433,26 @@ class ScriptStore:
             ranking = [i for i in ranking if i in same]
         return ranking[:CANDIDATES]
 
+    def _ts_ranking(self, tenant: str, terms: Sequence[str], lang: str, args: list[Any]) -> list[int]:
+        """PostgreSQL's ranking: each word's ``ts_rank`` (weights A/B/C) times its inverse document frequency among
+        the tenant's scripts, summed: ``ts_rank`` alone has no IDF, and BM25's preference for the rarer words of a
+        query is what the fusion was tuned with."""
+        words = [w for w in (ts_query([t]) for t in terms) if w is not None]
+        query = ts_query(words)
+        if query is None:
+            return []
+        total = max(1, int(self.db.read("SELECT count(*) FROM scripts WHERE tenant = ?", (tenant,))[0][0]))
+        counts = {w: self._match_counts.get((tenant, w)) for w in words}
+        weights = [math.log(1 + (total - (c or 0) + 0.5) / ((c or 0) + 0.5)) for c in counts.values()]
+        score = " + ".join(f"? * ts_rank({_TS_WEIGHTS}, search, to_tsquery('english', ?))" for _ in words)
+        score_args = [x for pair in zip(weights, words, strict=True) for x in pair]
+        rows = self.db.read(
+            f"SELECT id FROM scripts WHERE tenant = ? {lang} AND search @@ to_tsquery('english', ?)"
+            f" ORDER BY ({score}) DESC, id LIMIT ?",
+            (tenant, *args, query, *score_args, CANDIDATES),
+        )
+        return [int(r[0]) for r in rows]
+
     def search(
         self,
         query: str,
@@ -448,6 +465,7 @@ class ScriptStore:
         """Hybrid search of the tenant's scripts: full text and embeddings fused by reciprocal rank; ``language``
         filters."""
         with self._lock:
+            self._match_counts.clear()
             terms = selective_terms(query_terms(query), lambda term: self._matches(tenant, term))
             text_ranking = self._text_ranking(tenant, terms, language)
             semantic: list[tuple[int, float]] = []
