@@ -15,7 +15,8 @@ PostgreSQL server (then ``_postgres`` and psycopg are imported, and only then).
 
 Errors: SQLite's are ``sqlite3.Error``; PostgreSQL's are translated to ``StoreError`` (and
 ``StoreIntegrityError`` for a broken constraint), which subclass ``sqlite3.DatabaseError`` and
-``sqlite3.IntegrityError``, so that the stores and their callers catch one family whichever backend runs.
+``sqlite3.IntegrityError`` (so that the stores and their callers catch one family whichever backend runs) and
+``CodeModeError`` (so that the command line prints one that stops the start as a message, not a traceback).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from ..errors import CodeModeError
+
 Dialect = Literal["sqlite", "postgresql"]
 T = TypeVar("T")
 
 
-class StoreError(sqlite3.DatabaseError):
+class StoreError(CodeModeError, sqlite3.DatabaseError):
     """A PostgreSQL error, translated at the seam (its message never holds the URL's password)."""
 
 

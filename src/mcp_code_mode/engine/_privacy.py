@@ -60,6 +60,17 @@ def secret_values(config: CodeModeConfig) -> list[str]:
             found.extend(value[len(scheme) :].strip() for scheme in _BEARER if lowered.startswith(scheme))
     settings = config.settings
     found.extend(s.get_secret_value() for s in (settings.auth_token, settings.pii_key) if s is not None)
+    if settings.database_url is not None:  # the URL and its password: never in what reaches the model
+        from urllib.parse import urlsplit
+
+        url = settings.database_url.get_secret_value()
+        found.append(url)
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password:
+            found.append(password)
     return found
 
 
