@@ -150,3 +150,18 @@ def test_the_cache_dir_comes_from_the_env_file_beside_config(
     (folder / ".env").write_text(f"CODE_MODE_CACHE_DIR={filled}\n", encoding="utf-8")
     status, out, _ = run(capsys, "--config", str(folder / "mcp_servers.json"), "--limit", "1")
     assert status == 0 and "github.search_issues" in out and len(out.splitlines()) == 2
+
+
+def test_the_log_of_another_tenant_is_not_shown(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with AuditLog(cache_dir / "scripts.db") as log:
+        log.record(
+            AuditEntry.of_call(
+                server="fs", tool="read", arguments={}, decision="allowed", client="c", run_id="r", code_hash="h"
+            ),
+            tenant="beta",
+        )
+    assert main(["audit", "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["audit", "--json", "--tenant", "beta"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["tool"] == "read"
