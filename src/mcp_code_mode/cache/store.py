@@ -399,6 +399,9 @@ class ScriptStore:
             query = ts_query([term])
             if query is None:
                 return 0
+            known = self._match_counts.get((tenant, query))
+            if known is not None:
+                return known
             sql = "SELECT count(*) FROM scripts WHERE tenant = ? AND search @@ to_tsquery('english', ?)"
             count = int(self.db.read(sql, (tenant, query))[0][0])
             self._match_counts[(tenant, query)] = count
@@ -466,7 +469,10 @@ class ScriptStore:
         filters."""
         with self._lock:
             self._match_counts.clear()
-            terms = selective_terms(query_terms(query), lambda term: self._matches(tenant, term))
+            words = query_terms(query)
+            if self.db.dialect == "postgresql" and len(words) > 1:
+                self._count_all(tenant, words)  # one statement for every word's count
+            terms = selective_terms(words, lambda term: self._matches(tenant, term))
             text_ranking = self._text_ranking(tenant, terms, language)
             semantic: list[tuple[int, float]] = []
             index = self._sync_vectors()
@@ -482,12 +488,29 @@ class ScriptStore:
 
                     semantic = index.search(vector[0], CANDIDATES, allowed)
             hits = fuse(text_ranking, semantic, limit)
+            found = self._by_ids([hit.key for hit in hits], tenant)
             results: list[SearchResult] = []
             for hit in hits:
-                script = self.get_by_id(hit.key, tenant=tenant)
+                script = found.get(hit.key)
                 if script is not None:
                     results.append(SearchResult(script, hit, None if is_stale is None else is_stale(script)))
         return results
+
+    def _by_ids(self, ids: Sequence[int], tenant: str) -> dict[int, StoredScript]:
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        rows = self._read(f"SELECT * FROM scripts WHERE tenant = ? AND id IN ({marks})", (tenant, *ids))
+        return {int(r["id"]): row_to_script(r) for r in rows}
+
+    def _count_all(self, tenant: str, terms: Sequence[str]) -> None:
+        """PostgreSQL: how many of the tenant's scripts match each word, in one statement (``_match_counts``)."""
+        words = list(dict.fromkeys(w for w in (ts_query([t]) for t in terms) if w is not None))
+        if not words:
+            return
+        counts = ", ".join("count(*) FILTER (WHERE search @@ to_tsquery('english', ?))" for _ in words)
+        row = self._read(f"SELECT {counts} FROM scripts WHERE tenant = ?", (*words, tenant))[0]
+        self._match_counts.update({(tenant, w): int(row[i]) for i, w in enumerate(words)})
 
 
 def _put_vectors(tx: Tx, rows: Sequence[tuple[int, str, bytes]]) -> None:
