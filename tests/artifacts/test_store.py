@@ -25,7 +25,8 @@ def test_each_client_finds_only_its_own_artifacts_by_run_and_path(tmp_path: Path
     assert found is not None and found.read_bytes() == b"hers" and found.size == 4
     assert store.find("bob", "h1", "out.txt", tenant="default") is None
     assert store.find("alice", "h2", "out.txt", tenant="default") is None
-    assert found.file is not None and found.file.parent.parent == tmp_path / "artifacts"  # one directory per run, named by the host
+    # one directory per run, named by the host
+    assert found.file is not None and found.file.parent.parent == tmp_path / "artifacts"
 
 
 def test_past_the_total_cap_the_oldest_artifacts_are_removed_first(tmp_path: Path) -> None:
