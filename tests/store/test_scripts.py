@@ -100,3 +100,21 @@ def test_search_sees_only_the_tenant_s_scripts(database: Database, language: str
     found = store.search("tally invoices", language=language, tenant="alpha")
     assert [r.script.description for r in found] == ["tally the invoices"]
     assert store.search("tally invoices", language=language, tenant="gamma") == []
+
+
+def test_postgresql_finds_the_nearest_vectors_in_sql_or_without_pgvector_in_memory(pg_database: Database) -> None:
+    from mcp_code_mode.database._postgres import PostgresDatabase
+
+    assert isinstance(pg_database, PostgresDatabase) and pg_database.vectors_in_sql, "pgserver ships pgvector"
+    pg_database.write(lambda tx: tx.execute("TRUNCATE scripts, vectors, counters RESTART IDENTITY CASCADE"))
+    store = store_on(pg_database)
+    store.put(new_script("print('n')", description="gamma ray burst counter"), tenant=T)
+    in_sql = store.search("gamma ray burst", tenant=T)
+    assert in_sql[0].hit.semantic_rank == 1 and store._vectors is None  # pyright: ignore[reportPrivateUsage]
+    pg_database.vectors_in_sql = False  # a server without the extension: the bytes, scanned in memory
+    try:
+        scanned = store_on(pg_database).search("gamma ray burst", tenant=T)
+    finally:
+        pg_database.vectors_in_sql = True
+    assert [(r.script.id, r.hit.semantic_rank) for r in scanned] == [(r.script.id, r.hit.semantic_rank) for r in in_sql]
+    assert abs((scanned[0].hit.similarity or 0) - (in_sql[0].hit.similarity or 0)) < 1e-5

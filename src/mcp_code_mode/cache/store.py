@@ -8,8 +8,10 @@
 - Full text: SQLite FTS5 ranked by BM25 (weights 4, 2, 1 for description, tool names, code), or PostgreSQL's
   ``tsvector`` (weights A, B, C) ranked by ``ts_rank``; the embedding side and the fusion are the same for both.
 - Vectors are stored as ``float32`` bytes with the model's name and loaded into a ``VectorIndex`` once per
-  process; scripts stored without a vector (or with another model's, or before the model was loaded: storing
-  never loads it) are embedded on the next search. Another process's writes show in ``Database.changes``.
+  process; with PostgreSQL and pgvector (``vectors_in_sql``) they are also an ``embedding vector`` and the
+  nearest are found in SQL (``<=>``), so no process holds them. Scripts stored without a vector (or with
+  another model's, or before the model was loaded: storing never loads it) are embedded on the next search.
+  Another process's writes show in ``Database.changes``.
 """
 
 from __future__ import annotations
@@ -110,6 +112,11 @@ class ScriptStore:
     def path(self) -> str:
         """Where the scripts are: the file's path, or the server (without its password)."""
         return str(self.target) if isinstance(self.target, Path) else self.target.where
+
+    @property
+    def _in_sql(self) -> bool:
+        """Whether the nearest vectors are found in SQL (pgvector) rather than in ``_vectors``."""
+        return bool(getattr(self.db, "vectors_in_sql", False))
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -229,7 +236,7 @@ class ScriptStore:
                 (*updates.values(), now, now, script_id),
             )
         if described and vector is not None and self.embedder is not None:
-            _put_vectors(tx, [(script_id, self.embedder.name, vector.astype(np.float32).tobytes())])
+            _put_vectors(tx, [(script_id, self.embedder.name, vector.astype(np.float32).tobytes())], self._in_sql)
         bump(tx, tenant, "stores")
         return script_id
 
@@ -374,12 +381,14 @@ class ScriptStore:
         self._synced = (db.changes(), self._writes)
         return index
 
-    def _backfill(self, index: VectorIndex[int]) -> None:
-        """Embed scripts that have no vector from the current model (new model, or stored without one)."""
+    def _backfill(self, index: VectorIndex[int] | None) -> None:
+        """Embed scripts that have no vector from the current model (new model, or stored without one; with
+        pgvector, also one copied without its ``embedding``)."""
         assert self.embedder is not None
+        complete = " AND embedding IS NOT NULL" if self._in_sql else ""
         missing = self.db.read(
             "SELECT id, tenant, language, description, code, tool_names FROM scripts"
-            " WHERE id NOT IN (SELECT script_id FROM vectors WHERE model = ?)",
+            f" WHERE id NOT IN (SELECT script_id FROM vectors WHERE model = ?{complete})",
             (self.embedder.name,),
         )
         for start in range(0, len(missing), 256):
@@ -389,7 +398,9 @@ class ScriptStore:
                 return
             model = self.embedder.name
             rows = [(int(r["id"]), model, v.astype(np.float32).tobytes()) for r, v in zip(chunk, vectors, strict=True)]
-            self._write(lambda tx, rows=rows: _put_vectors(tx, rows))
+            self._write(lambda tx, rows=rows: _put_vectors(tx, rows, self._in_sql))
+            if index is None:
+                continue
             index.add([int(r["id"]) for r in chunk], vectors)
             self._owners.update({int(r["id"]): (r["tenant"], r["language"]) for r in chunk})
         self._vector_max_id = int(self.db.read("SELECT coalesce(max(id), 0) FROM vectors")[0][0])
@@ -475,7 +486,11 @@ class ScriptStore:
             terms = selective_terms(words, lambda term: self._matches(tenant, term))
             text_ranking = self._text_ranking(tenant, terms, language)
             semantic: list[tuple[int, float]] = []
-            index = self._sync_vectors()
+            if self._in_sql:
+                semantic = self._nearest(query, tenant, language)
+                index = None
+            else:
+                index = self._sync_vectors()
             if index is not None and self.embedder is not None and query.strip():
                 vector = self._embed([query])
                 if vector is not None:
@@ -496,6 +511,29 @@ class ScriptStore:
                     results.append(SearchResult(script, hit, None if is_stale is None else is_stale(script)))
         return results
 
+    def _nearest(self, query: str, tenant: str, language: str | None) -> list[tuple[int, float]]:
+        """pgvector: the tenant's ``CANDIDATES`` nearest scripts by cosine similarity, found in SQL (scripts
+        without a vector are embedded first, when another process's writes show)."""
+        embedder = self.embedder
+        if embedder is None or not query.strip():
+            return []
+        state = (self.db.changes(), self._writes)
+        if state != self._synced:
+            self._backfill(None)
+            self._synced = (self.db.changes(), self._writes)
+        vector = self._embed([query])
+        if vector is None:
+            return []
+        text = _vector_text(vector[0].astype(np.float32).tobytes())
+        lang, args = ("AND s.language = ?", [language]) if language else ("", [])
+        rows = self._read(
+            "SELECT v.script_id, 1 - (v.embedding <=> ?::vector) FROM vectors v JOIN scripts s ON s.id = v.script_id"
+            f" WHERE s.tenant = ? {lang} AND v.model = ? AND v.embedding IS NOT NULL"
+            " ORDER BY v.embedding <=> ?::vector, v.script_id LIMIT ?",
+            (text, tenant, *args, embedder.name, text, CANDIDATES),
+        )
+        return [(int(r[0]), float(r[1])) for r in rows]
+
     def _by_ids(self, ids: Sequence[int], tenant: str) -> dict[int, StoredScript]:
         if not ids:
             return {}
@@ -513,8 +551,20 @@ class ScriptStore:
         self._match_counts.update({(tenant, w): int(row[i]) for i, w in enumerate(words)})
 
 
-def _put_vectors(tx: Tx, rows: Sequence[tuple[int, str, bytes]]) -> None:
-    """Replace scripts' vectors (a replaced vector gets a new id, so that other processes load it again)."""
+def _put_vectors(tx: Tx, rows: Sequence[tuple[int, str, bytes]], in_sql: bool = False) -> None:
+    """Replace scripts' vectors (a replaced vector gets a new id, so that other processes load it again); with
+    ``in_sql``, pgvector's ``embedding`` too."""
     for script_id, _, _ in rows:
         tx.execute("DELETE FROM vectors WHERE script_id = ?", (script_id,))
+    if in_sql:
+        tx.executemany(
+            "INSERT INTO vectors(script_id, model, vector, embedding) VALUES (?, ?, ?, ?::vector)",
+            [(*row, _vector_text(row[2])) for row in rows],
+        )
+        return
     tx.executemany("INSERT INTO vectors(script_id, model, vector) VALUES (?, ?, ?)", rows)
+
+
+def _vector_text(data: bytes) -> str:
+    """pgvector's text form of float32 bytes (``[0.1,0.2,…]``)."""
+    return "[" + ",".join(repr(float(x)) for x in np.frombuffer(data, dtype=np.float32)) + "]"

@@ -135,6 +135,8 @@ class PostgresDatabase:
         self.problems: list[str] = []
         self._max = max_size
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self.vectors_in_sql = False
+        """Whether pgvector's ``embedding`` column is there: the nearest vectors are found in SQL."""
 
     def open(self) -> PostgresDatabase:
         try:  # one connection first: its error says why (refused, unknown host, authentication), the pool's not
@@ -158,6 +160,12 @@ class PostgresDatabase:
         self._pool = pool
         try:
             self._migrate()
+            self.vectors_in_sql = bool(
+                self.read(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                    " AND table_name = 'vectors' AND column_name = 'embedding'"
+                )
+            )
         except psycopg.Error as exc:
             self.close()
             raise _translate(exc, self.where) from None
