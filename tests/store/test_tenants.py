@@ -127,3 +127,12 @@ def test_vault(database: Database) -> None:
     assert vault.token_for("c", "email", "a@b.example", tenant=A) == token, "numbered apart: the same first number"
     vault.forget("c", tenant=A)
     assert vault.lookup("c", token, tenant=B) is not None
+
+
+def test_scripts_search_of_a_small_tenant_is_not_crowded_out_by_a_big_one(database: Database) -> None:
+    words_only = ScriptStore(database).open()  # no embeddings: the full-text ranking alone must find it
+    words_only.put_many(
+        [new_script(f"print({i})", description=f"invoice report number {i}") for i in range(450)], tenant=B
+    )
+    mine = words_only.put(new_script("print('mine')", description="invoice report of alpha"), tenant=A)
+    assert [r.script.id for r in words_only.search("invoice report", tenant=A)] == [mine.id]

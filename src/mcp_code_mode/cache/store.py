@@ -445,6 +445,15 @@ class ScriptStore:
                 )
             }
             ranking = [i for i in ranking if i in same]
+        if len(rows) == CANDIDATES * 4 and len(ranking) < CANDIDATES:
+            # other tenants' (or languages') matches crowded the window: rank this tenant's matches alone
+            rows = db.read(
+                "SELECT f.rowid FROM scripts_fts f JOIN scripts s ON s.id = f.rowid WHERE scripts_fts MATCH ?"
+                f" AND s.tenant = ? {lang.replace('language', 's.language')}"
+                f" ORDER BY bm25(scripts_fts, {_FTS_WEIGHTS}) LIMIT ?",
+                (expression, tenant, *args, CANDIDATES),
+            )
+            ranking = [int(r[0]) for r in rows]
         return ranking[:CANDIDATES]
 
     def _ts_ranking(self, tenant: str, terms: Sequence[str], lang: str, args: list[Any]) -> list[int]:
