@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(PY_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,otel]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,otel,postgres]'
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json

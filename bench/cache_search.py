@@ -86,7 +86,7 @@ def fill(path: Path, count: int, embedder: Any) -> float:
     started = time.perf_counter()
     scripts = variations(count)
     for start in range(0, count, 500):
-        store.put_many(scripts[start : start + 500])
+        store.put_many(scripts[start : start + 500], tenant="default")
     store.close()
     return time.perf_counter() - started
 
@@ -98,8 +98,12 @@ def search_scripts(count: int, rounds: int) -> dict[str, Any]:
         cache = ScriptCache(Path(tmp), ttl=3600, embedder=embedder, current_schema=lambda server, tool: "h1")
         cache.open()
         try:
-            first, _ = _timed(lambda: cache.search(QUERIES[0].text))
-            times = [_timed(lambda q=q: cache.search(q.text, limit=5))[0] for _ in range(rounds) for q in QUERIES]
+            first, _ = _timed(lambda: cache.search(QUERIES[0].text, tenant="default"))
+            times = [
+                _timed(lambda q=q: cache.search(q.text, limit=5, tenant="default"))[0]
+                for _ in range(rounds)
+                for q in QUERIES
+            ]
         finally:
             cache.close()
     return {"times": times, "first": first, "fill": filled}

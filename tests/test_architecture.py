@@ -188,7 +188,7 @@ def test_serving_imports_no_search_machinery_until_a_search() -> None:
         "async def main():\n"
         "    async with cm:\n"
         "        before = [m for m in ('numpy', 'tokenizers') if m in sys.modules]\n"
-        "        await asyncio.to_thread(cm.scripts.search, 'print a number', None, 3)\n"
+        "        await asyncio.to_thread(cm.scripts.search, 'print a number', None, 3, tenant='default')\n"
         "        after = [m for m in ('numpy', 'tokenizers') if m in sys.modules]\n"
         "        print(json.dumps([before, after]))\n"
         "asyncio.run(main())\n"

@@ -44,11 +44,13 @@ def call(
 @pytest.fixture
 def filled(cache_dir: Path) -> Path:
     with AuditLog(cache_dir / "scripts.db") as log:
-        log.record(call("old_search", age_s=40 * 86_400))
-        log.record(call("create_issue", age_s=3 * 3600, decision="approved", client="session-b", ok=False))
-        log.record(call("delete_repo", age_s=600, decision="denied", ok=False))
-        log.record(call("search_issues", age_s=60))
-        log.set_run_hash("run-search_issues", RUN_HASH)
+        log.record(call("old_search", age_s=40 * 86_400), tenant="default")
+        log.record(
+            call("create_issue", age_s=3 * 3600, decision="approved", client="session-b", ok=False), tenant="default"
+        )
+        log.record(call("delete_repo", age_s=600, decision="denied", ok=False), tenant="default")
+        log.record(call("search_issues", age_s=60), tenant="default")
+        log.set_run_hash("run-search_issues", RUN_HASH, tenant="default")
     return cache_dir
 
 
@@ -148,3 +150,18 @@ def test_the_cache_dir_comes_from_the_env_file_beside_config(
     (folder / ".env").write_text(f"CODE_MODE_CACHE_DIR={filled}\n", encoding="utf-8")
     status, out, _ = run(capsys, "--config", str(folder / "mcp_servers.json"), "--limit", "1")
     assert status == 0 and "github.search_issues" in out and len(out.splitlines()) == 2
+
+
+def test_the_log_of_another_tenant_is_not_shown(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with AuditLog(cache_dir / "scripts.db") as log:
+        log.record(
+            AuditEntry.of_call(
+                server="fs", tool="read", arguments={}, decision="allowed", client="c", run_id="r", code_hash="h"
+            ),
+            tenant="beta",
+        )
+    assert main(["audit", "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["audit", "--json", "--tenant", "beta"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["tool"] == "read"

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from .cache import DB_NAME, AuditLog, parse_since
 from .cache.audit import cut
 from .config import Settings
+from .database import open_database
+from .tenants import DEFAULT_TENANT, Tenant
 
 DEFAULT_LIMIT = 200
 _PREVIEW_WIDTH = 60
@@ -36,7 +38,7 @@ def add_audit_parser(sub: Any) -> None:
         description="The audit log: every tool call a script asked for (time, client, run, server.tool, the "
         "decision: allowed, approved, denied, planned, over_cap or refused; duration, success, a redacted "
         "preview of the arguments), newest first. Kept in scripts.db under $CODE_MODE_CACHE_DIR for "
-        "$CODE_MODE_AUDIT_DAYS days. Times are UTC.",
+        "$CODE_MODE_AUDIT_DAYS days (or in PostgreSQL when CODE_MODE_DATABASE_URL is set). Times are UTC.",
     )
     audit.add_argument(
         "--config",
@@ -55,6 +57,9 @@ def add_audit_parser(sub: Any) -> None:
         "or an age (15m, 2h, 3d)",
     )
     audit.add_argument("--client", metavar="C", help="only calls of this client (session or token)")
+    audit.add_argument(
+        "--tenant", default=DEFAULT_TENANT.name, help="the tenant whose calls to show or prune (default: default)"
+    )
     audit.add_argument(
         "--limit",
         type=_positive,
@@ -87,27 +92,35 @@ def run_audit_command(settings: Settings, args: argparse.Namespace, out: TextIO 
         except ValueError as exc:
             print(f"mcp-code-mode: --since: {exc}", file=sys.stderr)
             return 2
+    try:
+        tenant = Tenant(args.tenant).name
+    except ValueError as exc:
+        print(f"mcp-code-mode: --tenant: {exc}", file=sys.stderr)
+        return 2
     path = settings.cache_root() / DB_NAME
-    if not args.prune and not path.exists():
+    url = settings.database_url
+    if url is None and not args.prune and not path.exists():
         _nothing(args, f"the audit log is empty (no cache database at {path})", stream)
         return 0
+    where = path if url is None else "PostgreSQL"
     try:
-        log = AuditLog(path)
+        log = AuditLog(path if url is None else open_database(url.get_secret_value()))
     except (OSError, sqlite3.Error) as exc:
-        print(f"mcp-code-mode: the audit log in {path} cannot be used: {exc}", file=sys.stderr)
+        print(f"mcp-code-mode: the audit log in {where} cannot be used: {exc}", file=sys.stderr)
         return 1
     try:
         for problem in log.problems:
             print(f"mcp-code-mode: {problem}", file=sys.stderr)
         if args.prune:
-            removed = log.prune(settings.audit_days)
+            removed = log.prune(settings.audit_days, tenant=tenant)
             days = settings.audit_days
             entries = "entry" if removed == 1 else "entries"
             print(f"pruned {removed} audit {entries} older than {days:g} days, and the expired plans", file=stream)
             return 0
-        rows = log.query(run=args.run, tool=args.tool, since=since, client=args.client, limit=args.limit)
+        rows = log.query(run=args.run, tool=args.tool, since=since, client=args.client, limit=args.limit, tenant=tenant)
     finally:
         log.close()
+        log.database_close()
     if not rows:
         what = f"no audit entries match {' '.join(filters)}" if filters else "the audit log is empty"
         _nothing(args, what, stream)

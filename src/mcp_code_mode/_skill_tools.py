@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,7 +40,7 @@ def seen(skill: SkillVersion) -> dict[str, Any]:
 
 def skill_detail(book: SkillBook, name: str) -> dict[str, Any]:
     """``get_skill``: the latest version with its code, and every version's number, time and author."""
-    versions = book.store.versions(name)
+    versions = book.store.versions(name, tenant=current_tenant().name)
     if not versions:
         known = ", ".join(s.name for s in book.current()) or "none"
         raise ToolError(f"no skill {name!r} (skills: {known})")
@@ -115,7 +116,7 @@ def register_skill_tools(
     async def delete_skill(name: str) -> dict[str, Any]:
         """Delete a skill (every version)."""
         book = _book(engine)
-        removed = await anyio.to_thread.run_sync(book.store.delete, name)
+        removed = await anyio.to_thread.run_sync(partial(book.store.delete, name, tenant=current_tenant().name))
         if not removed:
             raise ToolError(f"no skill {name!r}")
         await server.refresh_surface()

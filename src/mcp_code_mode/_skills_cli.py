@@ -10,17 +10,25 @@ from typing import Any, TextIO
 
 from .cache import DB_NAME
 from .config import Settings
+from .database import open_database
 from .skills import SkillStore, SkillVersion
 from .skills.folders import export_skill, read_all
+from .tenants import DEFAULT_TENANT, Tenant
 
 
 def add_skills_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     skills = sub.add_parser(
         "skills",
         help="export or import skills as Agent Skills folders (SKILL.md and the code beside it)",
-        description="Skills are kept in the cache database (scripts.db under $CODE_MODE_CACHE_DIR).",
+        description="Skills are kept in the cache database (scripts.db under $CODE_MODE_CACHE_DIR), or in "
+        "PostgreSQL when CODE_MODE_DATABASE_URL is set.",
     )
     commands = skills.add_subparsers(dest="skills_command", metavar="SUBCOMMAND", required=True)
+    tenant = argparse.ArgumentParser(add_help=False)
+    tenant.add_argument(
+        "--tenant", default=DEFAULT_TENANT.name, help="the tenant whose skills these are (default: default)"
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[common, tenant])
     export = commands.add_parser("export", parents=[common], help="write a folder per skill under DIR")
     export.add_argument("dir", type=Path)
     export.add_argument("--name", action="append", help="only this skill (repeatable)")
@@ -33,11 +41,18 @@ def add_skills_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run_skills_command(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
     stream: TextIO = out if out is not None else sys.stdout
-    store = SkillStore(settings.cache_root() / DB_NAME)
+    try:
+        tenant = Tenant(args.tenant).name
+    except ValueError as exc:
+        print(f"mcp-code-mode: --tenant: {exc}", file=sys.stderr)
+        return 2
+    url = settings.database_url
+    database = open_database(url.get_secret_value()) if url is not None else None
+    store = SkillStore(settings.cache_root() / DB_NAME if database is None else database)
     try:
         if args.skills_command == "export":
             wanted = set(args.name or [])
-            chosen = [s for s in store.latest() if not wanted or s.name in wanted]
+            chosen = [s for s in store.latest(tenant=tenant) if not wanted or s.name in wanted]
             missing = sorted(wanted - {s.name for s in chosen})
             for skill in chosen:
                 print(
@@ -56,14 +71,16 @@ def run_skills_command(settings: Settings, args: argparse.Namespace, out: TextIO
                     refused += 1
                     print(f"refused {entry.folder}: {entry.refused}", file=stream)
                     continue
-                saved = store.save(entry.skill if entry.skill.author else _by_import(entry.skill))
+                saved = store.save(entry.skill if entry.skill.author else _by_import(entry.skill), tenant=tenant)
                 print(f"imported {saved.name} (version {saved.version}, {saved.language})", file=stream)
             return 1 if refused else 0
-        for skill in store.latest():
+        for skill in store.latest(tenant=tenant):
             print(f"{skill.name}\t{skill.language}\tv{skill.version}\t{skill.description}", file=stream)
         return 0
     finally:
         store.close()
+        if database is not None:
+            database.close()
 
 
 def _by_import(skill: SkillVersion) -> SkillVersion:

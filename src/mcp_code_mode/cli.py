@@ -188,6 +188,11 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
+    url = config.settings.database_url
+    if url is not None:  # reached and migrated before serving: a StoreError is a message naming the host
+        from .database import open_database
+
+        open_database(url.get_secret_value()).close()
     engine = CodeMode(config)
     if not args.http:
         from .server import build_server

@@ -247,6 +247,11 @@ class Settings(BaseModel):
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         return Path(base) / "mcp-code-mode"
 
+    database_url: SecretStr | None = None
+    """Where the stores live (scripts and search, skills, audit, plans, artifacts, PII vault, session metadata):
+    unset, the SQLite file ``<cache root>/scripts.db``; ``postgresql://user:password@host:port/database``, a
+    PostgreSQL server shared by replicas (the ``postgres`` extra; migrated on start; a server that cannot be
+    reached stops the start, naming its host). A secret: it may hold a password, never shown."""
     auth_token: SecretStr | None = None
     """Bearer token that HTTP clients must send (``Authorization: Bearer <token>``), one shared by every client
     (tenant ``default``). A token or ``auth_tokens`` is required to serve HTTP on an address other than loopback;
@@ -379,6 +384,13 @@ class Settings(BaseModel):
             load_key(key.get_secret_value())  # a ValueError says which forms are accepted, never the key
         return key
 
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset: the SQLite file in the cache directory)")
+        return url
+
     @model_validator(mode="after")
     def _vault_has_a_key(self) -> Settings:
         if self.pii_vault == "database" and self.pii_key is None:
@@ -432,7 +444,7 @@ class Settings(BaseModel):
             raise ConfigError("\n".join(lines)) from None
 
 
-_SECRET_SETTINGS = {"auth_token", "pii_key"}
+_SECRET_SETTINGS = {"auth_token", "pii_key", "database_url"}
 """Settings whose value an error message never shows."""
 
 # CODE_MODE_* variables that are read elsewhere, not settings of the server itself.

@@ -286,9 +286,32 @@ async def diagnose(config_path: Path | None) -> list[Finding]:
     findings.append(bubblewrap)
     findings.append(check_network(settings, bubblewrap.status == "ok" and settings.sandbox != "process"))
     findings.append(check_writable("cache", settings.cache_root(), "CODE_MODE_CACHE_DIR"))
+    findings.append(check_database(settings))
     workspace = settings.workspace_dir or Path(tempfile.gettempdir())
     findings.append(check_writable("workspace", workspace, "CODE_MODE_WORKSPACE_DIR"))
     return findings
+
+
+def check_database(settings: Settings) -> Finding:
+    """Where the stores are: the SQLite file, or the PostgreSQL server (reached and migrated here; never its
+    password)."""
+    if settings.database_url is None:
+        return Finding("ok", "database", f"SQLite: {settings.cache_root() / 'scripts.db'}")
+    import sqlite3
+
+    from .database import open_database
+
+    try:
+        database = open_database(settings.database_url.get_secret_value())
+    except (sqlite3.Error, ImportError) as exc:
+        fix = (
+            "pip install 'mcp-code-mode[postgres]'" if isinstance(exc, ImportError) else "check CODE_MODE_DATABASE_URL"
+        )
+        return Finding("FAIL", "database", str(exc) if not isinstance(exc, ImportError) else f"psycopg: {exc}", fix)
+    try:
+        return Finding("ok", "database", f"PostgreSQL at {database.where}")
+    finally:
+        database.close()
 
 
 def report(findings: list[Finding], out: TextIO) -> int:

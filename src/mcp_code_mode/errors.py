@@ -9,6 +9,7 @@ Every error the package raises on purpose derives from one base class::
     ├── UnsupportedError       a language, runner or feature this build does not offer (yet)
     ├── PackageError           a package request that is not allowed, or an install that failed
     ├── ServerBusy             no run slot and no room to queue (retryable; the message gives the load)
+    ├── database.StoreError    PostgreSQL refused or cannot be reached (also a sqlite3.DatabaseError)
     └── RunnerError            a runner could not start or talk to its worker process
         └── ProtocolError      a run sent bytes that are not a valid bridge message (ends that run only)
 

@@ -10,6 +10,7 @@ import math
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from contextlib import asynccontextmanager, contextmanager, nullcontext
+from functools import partial
 from typing import Annotated, Any, Literal, cast, get_args
 from weakref import WeakKeyDictionary
 
@@ -344,7 +345,7 @@ class CodeModeServer(MCPServer[Any]):
         found = await self._artifact(text, context)
         if found is None:
             raise ResourceNotFoundError(f"Unknown resource: {text}")
-        data = await anyio.to_thread.run_sync(found.file.read_bytes)
+        data = await anyio.to_thread.run_sync(found.read_bytes)
         return [ReadResourceContents(content=_as_text(data, found.mime), mime_type=found.mime)]
 
     async def _handle_list_resources(
@@ -356,7 +357,7 @@ class CodeModeServer(MCPServer[Any]):
         if store is None:
             return listed
         client = client_of(Context(request_context=ctx, mcp_server=self))
-        recent = await anyio.to_thread.run_sync(store.recent, client)
+        recent = await anyio.to_thread.run_sync(partial(store.recent, client, tenant=current_tenant().name))
         listed.resources.extend(
             types.Resource(uri=uri, name=found.path, mime_type=found.mime, size=found.size) for uri, found in recent
         )
@@ -368,7 +369,7 @@ class CodeModeServer(MCPServer[Any]):
         if parsed is None or store is None:
             return None
         client = client_of(context)
-        return await anyio.to_thread.run_sync(store.find, client, *parsed)
+        return await anyio.to_thread.run_sync(partial(store.find, client, *parsed, tenant=current_tenant().name))
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
         return [
@@ -645,7 +646,10 @@ def register_audit_tool(server: CodeModeServer, engine: CodeMode) -> None:
         except ValueError as exc:
             raise ToolError(str(exc)) from exc
         audit = engine.audit
-        entries = await anyio.to_thread.run_sync(lambda: audit.query(run=run, tool=tool, since=moment, limit=limit))
+        tenant = current_tenant().name
+        entries = await anyio.to_thread.run_sync(
+            lambda: audit.query(run=run, tool=tool, since=moment, limit=limit, tenant=tenant)
+        )
         return {"entries": entries}
 
 

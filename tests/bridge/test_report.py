@@ -41,7 +41,7 @@ async def engine() -> AsyncIterator[CodeMode]:
 
 def audited(engine: CodeMode, run_hash: str | None) -> list[dict[str, Any]]:
     assert engine.audit is not None and run_hash
-    return list(reversed(engine.audit.query(run=run_hash, limit=10_000)))
+    return list(reversed(engine.audit.query(run=run_hash, limit=10_000, tenant="default")))
 
 
 async def test_every_call_of_a_run_longer_than_a_batch_is_in_the_audit_log_in_order(engine: CodeMode) -> None:

@@ -109,8 +109,10 @@ def test_an_entry_with_an_unknown_decision_is_refused() -> None:
 
 
 def test_a_recorded_entry_comes_back_as_camel_case_json(log: AuditLog) -> None:
-    log.record(entry(arguments={"q": "bugs", "token": "t0k"}, ok=False, error="boom", decision="approved"))
-    (row,) = log.query()
+    log.record(
+        entry(arguments={"q": "bugs", "token": "t0k"}, ok=False, error="boom", decision="approved"), tenant="default"
+    )
+    (row,) = log.query(tenant="default")
     assert row == {
         "id": row["id"],
         "at": "2027-01-15T08:00:00.000Z",
@@ -131,68 +133,68 @@ def test_a_recorded_entry_comes_back_as_camel_case_json(log: AuditLog) -> None:
 
 
 def test_entries_come_newest_first_and_limit_keeps_the_newest(log: AuditLog) -> None:
-    log.record_many([entry(at=NOW + i, tool=f"t{i}") for i in range(5)])
-    assert [r["tool"] for r in log.query()] == ["t4", "t3", "t2", "t1", "t0"]
-    assert [r["tool"] for r in log.query(limit=2)] == ["t4", "t3"]
+    log.record_many([entry(at=NOW + i, tool=f"t{i}") for i in range(5)], tenant="default")
+    assert [r["tool"] for r in log.query(tenant="default")] == ["t4", "t3", "t2", "t1", "t0"]
+    assert [r["tool"] for r in log.query(limit=2, tenant="default")] == ["t4", "t3"]
     with pytest.raises(ValueError, match="limit"):
-        log.query(limit=0)
+        log.query(limit=0, tenant="default")
 
 
 def test_the_run_filter_matches_a_run_id_code_hash_or_run_hash(log: AuditLog) -> None:
-    log.record(entry(run_id="run-1", code_hash=CODE_HASH, tool="first"))
-    log.record(entry(run_id="run-2", code_hash="f" * 64, tool="second"))
-    assert log.set_run_hash("run-2", RUN_HASH) == 1
-    assert [r["tool"] for r in log.query(run="run-1")] == ["first"]
-    assert [r["tool"] for r in log.query(run=CODE_HASH)] == ["first"]
-    assert [r["tool"] for r in log.query(run=RUN_HASH)] == ["second"]
-    assert log.query(run=RUN_HASH)[0]["runHash"] == RUN_HASH
-    assert log.query(run="run-3") == []
+    log.record(entry(run_id="run-1", code_hash=CODE_HASH, tool="first"), tenant="default")
+    log.record(entry(run_id="run-2", code_hash="f" * 64, tool="second"), tenant="default")
+    assert log.set_run_hash("run-2", RUN_HASH, tenant="default") == 1
+    assert [r["tool"] for r in log.query(run="run-1", tenant="default")] == ["first"]
+    assert [r["tool"] for r in log.query(run=CODE_HASH, tenant="default")] == ["first"]
+    assert [r["tool"] for r in log.query(run=RUN_HASH, tenant="default")] == ["second"]
+    assert log.query(run=RUN_HASH, tenant="default")[0]["runHash"] == RUN_HASH
+    assert log.query(run="run-3", tenant="default") == []
 
 
 def test_the_run_filter_takes_a_hex_prefix_of_eight_or_more(log: AuditLog) -> None:
-    log.record(entry(run_id="run-1", tool="first"))
-    log.record(entry(run_id="run-2", code_hash="f" * 64, tool="second"))
-    log.set_run_hash("run-1", RUN_HASH)
-    assert [r["tool"] for r in log.query(run=RUN_HASH[:8])] == ["first"]
-    assert [r["tool"] for r in log.query(run=RUN_HASH[:12].upper())] == ["first"]
-    assert [r["tool"] for r in log.query(run="ffffffff")] == ["second"]
-    assert log.query(run=RUN_HASH[:7]) == []  # too short to be a prefix
-    assert log.query(run="c0de0000z") == []  # not hex: exact matches only
+    log.record(entry(run_id="run-1", tool="first"), tenant="default")
+    log.record(entry(run_id="run-2", code_hash="f" * 64, tool="second"), tenant="default")
+    log.set_run_hash("run-1", RUN_HASH, tenant="default")
+    assert [r["tool"] for r in log.query(run=RUN_HASH[:8], tenant="default")] == ["first"]
+    assert [r["tool"] for r in log.query(run=RUN_HASH[:12].upper(), tenant="default")] == ["first"]
+    assert [r["tool"] for r in log.query(run="ffffffff", tenant="default")] == ["second"]
+    assert log.query(run=RUN_HASH[:7], tenant="default") == []  # too short to be a prefix
+    assert log.query(run="c0de0000z", tenant="default") == []  # not hex: exact matches only
 
 
 def test_the_tool_filter_is_a_glob_over_server_dot_tool_or_the_tool(log: AuditLog) -> None:
-    log.record(entry(server="github", tool="search_issues"))
-    log.record(entry(server="github", tool="create_issue"))
-    log.record(entry(server="slack", tool="search_messages"))
-    assert {r["tool"] for r in log.query(tool="github.*")} == {"search_issues", "create_issue"}
-    assert {r["tool"] for r in log.query(tool="search_*")} == {"search_issues", "search_messages"}
-    assert [r["tool"] for r in log.query(tool="slack.search_messages")] == ["search_messages"]
-    assert [r["tool"] for r in log.query(tool="create_issue")] == ["create_issue"]
-    assert log.query(tool="gitlab.*") == []
+    log.record(entry(server="github", tool="search_issues"), tenant="default")
+    log.record(entry(server="github", tool="create_issue"), tenant="default")
+    log.record(entry(server="slack", tool="search_messages"), tenant="default")
+    assert {r["tool"] for r in log.query(tool="github.*", tenant="default")} == {"search_issues", "create_issue"}
+    assert {r["tool"] for r in log.query(tool="search_*", tenant="default")} == {"search_issues", "search_messages"}
+    assert [r["tool"] for r in log.query(tool="slack.search_messages", tenant="default")] == ["search_messages"]
+    assert [r["tool"] for r in log.query(tool="create_issue", tenant="default")] == ["create_issue"]
+    assert log.query(tool="gitlab.*", tenant="default") == []
 
 
 def test_the_since_and_client_filters(log: AuditLog) -> None:
-    log.record(entry(at=NOW - 7200, client="session-a", tool="old"))
-    log.record(entry(at=NOW - 60, client="session-a", tool="recent"))
-    log.record(entry(at=NOW - 30, client="session-b", tool="other"))
-    assert [r["tool"] for r in log.query(since=NOW - 3600)] == ["other", "recent"]
-    assert [r["tool"] for r in log.query(client="session-a")] == ["recent", "old"]
-    assert [r["tool"] for r in log.query(client="session-a", since=NOW - 3600)] == ["recent"]
+    log.record(entry(at=NOW - 7200, client="session-a", tool="old"), tenant="default")
+    log.record(entry(at=NOW - 60, client="session-a", tool="recent"), tenant="default")
+    log.record(entry(at=NOW - 30, client="session-b", tool="other"), tenant="default")
+    assert [r["tool"] for r in log.query(since=NOW - 3600, tenant="default")] == ["other", "recent"]
+    assert [r["tool"] for r in log.query(client="session-a", tenant="default")] == ["recent", "old"]
+    assert [r["tool"] for r in log.query(client="session-a", since=NOW - 3600, tenant="default")] == ["recent"]
 
 
 def test_a_long_error_is_stored_cut(log: AuditLog) -> None:
-    log.record(entry(ok=False, error="e" * 5000))
-    (row,) = log.query()
+    log.record(entry(ok=False, error="e" * 5000), tenant="default")
+    (row,) = log.query(tenant="default")
     assert len(row["error"]) == ERROR_LIMIT and row["error"].endswith(ELLIPSIS)
 
 
 def test_prune_deletes_entries_older_than_the_retention(log: AuditLog) -> None:
-    log.record_many([entry(at=NOW - days * 86_400, tool=f"d{days}") for days in (40, 31, 29, 1)])
-    assert log.prune(30, now=NOW) == 2
-    assert [r["tool"] for r in log.query()] == ["d1", "d29"]
-    assert log.prune(30, now=NOW) == 0
+    log.record_many([entry(at=NOW - days * 86_400, tool=f"d{days}") for days in (40, 31, 29, 1)], tenant="default")
+    assert log.prune(30, now=NOW, tenant="default") == 2
+    assert [r["tool"] for r in log.query(tenant="default")] == ["d1", "d29"]
+    assert log.prune(30, now=NOW, tenant="default") == 0
     with pytest.raises(ValueError, match="positive"):
-        log.prune(0)
+        log.prune(0, tenant="default")
 
 
 def test_since_parses_iso_times_and_ages() -> None:
@@ -212,8 +214,8 @@ def test_since_parses_iso_times_and_ages() -> None:
 
 def test_a_plan_is_kept_until_it_expires(log: AuditLog) -> None:
     calls = [{"server": "github", "tool": "create_issue", "arguments": {"title": "t"}}]
-    log.save_plan("plan-1", CODE_HASH, "session-a", 60, calls, now=NOW)
-    plan = log.load_plan("plan-1", now=NOW + 59)
+    log.save_plan("plan-1", CODE_HASH, "session-a", 60, calls, now=NOW, tenant="default")
+    plan = log.load_plan("plan-1", now=NOW + 59, tenant="default")
     assert plan == {
         "id": "plan-1",
         "codeHash": CODE_HASH,
@@ -223,29 +225,29 @@ def test_a_plan_is_kept_until_it_expires(log: AuditLog) -> None:
         "calls": calls,
         "usedAt": None,
     }
-    assert log.load_plan("plan-1", now=NOW + 60) is None
-    assert log.load_plan("plan-2", now=NOW) is None
+    assert log.load_plan("plan-1", now=NOW + 60, tenant="default") is None
+    assert log.load_plan("plan-2", now=NOW, tenant="default") is None
 
 
 def test_a_plan_is_used_once_and_never_replaced(log: AuditLog) -> None:
-    log.save_plan("plan-1", CODE_HASH, "session-a", 60, [], now=NOW)
-    assert log.mark_plan_used("plan-1", now=NOW + 1)
-    assert not log.mark_plan_used("plan-1", now=NOW + 2)
-    plan = log.load_plan("plan-1", now=NOW + 3)
+    log.save_plan("plan-1", CODE_HASH, "session-a", 60, [], now=NOW, tenant="default")
+    assert log.mark_plan_used("plan-1", now=NOW + 1, tenant="default")
+    assert not log.mark_plan_used("plan-1", now=NOW + 2, tenant="default")
+    plan = log.load_plan("plan-1", now=NOW + 3, tenant="default")
     assert plan is not None and plan["usedAt"] == NOW + 1
     with pytest.raises(sqlite3.IntegrityError):
-        log.save_plan("plan-1", "other", "session-b", 60, [], now=NOW)
-    assert not log.mark_plan_used("unknown", now=NOW)
-    log.save_plan("plan-2", CODE_HASH, "session-a", 60, [], now=NOW)
-    assert not log.mark_plan_used("plan-2", now=NOW + 61)  # expired
+        log.save_plan("plan-1", "other", "session-b", 60, [], now=NOW, tenant="default")
+    assert not log.mark_plan_used("unknown", now=NOW, tenant="default")
+    log.save_plan("plan-2", CODE_HASH, "session-a", 60, [], now=NOW, tenant="default")
+    assert not log.mark_plan_used("plan-2", now=NOW + 61, tenant="default")  # expired
     with pytest.raises(ValueError, match="ttl_s"):
-        log.save_plan("plan-3", CODE_HASH, "session-a", 0, [])
+        log.save_plan("plan-3", CODE_HASH, "session-a", 0, [], tenant="default")
 
 
 def test_prune_deletes_expired_plans_too(log: AuditLog) -> None:
-    log.save_plan("gone", CODE_HASH, "session-a", 60, [], now=NOW - 120)
-    log.save_plan("kept", CODE_HASH, "session-a", 60, [], now=NOW)
-    log.prune(30, now=NOW + 1)
+    log.save_plan("gone", CODE_HASH, "session-a", 60, [], now=NOW - 120, tenant="default")
+    log.save_plan("kept", CODE_HASH, "session-a", 60, [], now=NOW, tenant="default")
+    log.prune(30, now=NOW + 1, tenant="default")
     rows = sqlite3.connect(log.path).execute("SELECT id FROM plans").fetchall()
     assert rows == [("kept",)]
 
@@ -261,7 +263,7 @@ def test_two_logs_on_one_file_lose_no_write_from_many_threads(tmp_path: Path) ->
     def write(number: int) -> None:
         try:
             for i in range(25):
-                logs[number % 2].record(entry(run_id=f"thread-{number}", tool=f"t{i}"))
+                logs[number % 2].record(entry(run_id=f"thread-{number}", tool=f"t{i}"), tenant="default")
         except BaseException as exc:  # the assertion below reports it
             errors.append(exc)
 
@@ -272,9 +274,9 @@ def test_two_logs_on_one_file_lose_no_write_from_many_threads(tmp_path: Path) ->
         thread.join(timeout=60)
     try:
         assert not errors and not any(t.is_alive() for t in threads)
-        rows = logs[0].query(limit=1000)
+        rows = logs[0].query(limit=1000, tenant="default")
         assert len(rows) == 150 and len({r["id"] for r in rows}) == 150
-        assert {len(logs[1].query(run=f"thread-{n}", limit=1000)) for n in range(6)} == {25}
+        assert {len(logs[1].query(run=f"thread-{n}", limit=1000, tenant="default")) for n in range(6)} == {25}
     finally:
         for audit in logs:
             audit.close()
@@ -287,7 +289,7 @@ from mcp_code_mode.cache import AuditEntry, AuditLog
 log = AuditLog(Path(sys.argv[1]))
 for i in range(int(sys.argv[2])):
     log.record(AuditEntry.of_call(server="s", tool=f"t{i}", arguments={"i": i}, decision="allowed",
-                                  client="c", run_id="killed", code_hash="h", ok=True))
+                                  client="c", run_id="killed", code_hash="h", ok=True), tenant="default")
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -300,7 +302,7 @@ def test_every_recorded_entry_survives_kill_9_of_the_writer(tmp_path: Path) -> N
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert path.with_name("scripts.db-wal").exists()  # the rows are in the WAL, never checkpointed
     with AuditLog(path) as audit:
-        rows = audit.query(run="killed", limit=100)
+        rows = audit.query(run="killed", limit=100, tenant="default")
     assert sorted(r["tool"] for r in rows) == sorted(f"t{i}" for i in range(50))
 
 
@@ -316,9 +318,9 @@ def test_a_version_3_database_gains_the_audit_and_plan_tables(tmp_path: Path) ->
     conn.close()
     assert SCHEMA_VERSION >= 4
     with AuditLog(path) as audit:
-        audit.record(entry())
-        audit.save_plan("p", CODE_HASH, "c", 60, [])
-        assert len(audit.query()) == 1 and audit.problems == []
+        audit.record(entry(), tenant="default")
+        audit.save_plan("p", CODE_HASH, "c", 60, [], tenant="default")
+        assert len(audit.query(tenant="default")) == 1 and audit.problems == []
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -23,8 +23,11 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CODE_MODE_CACHE_EMBEDDER", "hashing")
     monkeypatch.chdir(tmp_path)  # no mcp_servers.json here: the cache commands must not need one
     store = ScriptStore(directory / "scripts.db").open()
-    store.put(new_script("rows = read()\nsum(rows)", description="sum a column of a CSV file", output="42\n"))
-    old = store.put(new_script("send()", description="email the weekly report", tools=["email.send"]))
+    store.put(
+        new_script("rows = read()\nsum(rows)", description="sum a column of a CSV file", output="42\n"),
+        tenant="default",
+    )
+    old = store.put(new_script("send()", description="email the weekly report", tools=["email.send"]), tenant="default")
     store.conn.execute("UPDATE scripts SET last_used_at = ? WHERE id = ?", (time.time() - 40 * 86400, old.id))
     store.close()
     return directory
@@ -113,3 +116,17 @@ def test_help_names_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for command in ("search", "list", "show", "stats", "prune", "export"):
         assert f"    {command} " in out
+
+
+def test_every_command_reads_only_the_tenant_it_is_given(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = ScriptStore(cache_dir / "scripts.db").open()
+    theirs = store.put(new_script("print('b')", description="beta's own report"), tenant="beta")
+    store.close()
+    assert run(capsys, "list", "--json")[1].count('"hash"') == 2
+    status, out, _ = run(capsys, "list", "--tenant", "beta", "--json")
+    assert status == 0 and out.count('"hash"') == 1 and theirs.hash in out
+    assert run(capsys, "show", theirs.hash)[0] == 1, "another tenant's script is unknown to default"
+    assert run(capsys, "show", theirs.hash, "--tenant", "beta")[0] == 0
+    assert "beta's own report" not in run(capsys, "search", "beta report")[1]
+    status, _, err = run(capsys, "list", "--tenant", "Not A Tenant")
+    assert status == 2 and "tenant" in err

@@ -43,7 +43,7 @@ async def test_auto_replays_a_side_effect_free_run_from_the_cache(cm: CodeMode) 
     assert first.success and not first.cached
     assert second.cached and second.success
     assert (second.output, second.return_value, second.hash) == ("total 328350\n", 328350, first.hash)
-    stored = cm.scripts.get(first.hash)
+    stored = cm.scripts.get(first.hash, tenant="default")
     assert stored is not None and stored.hit_count == 1 and stored.run_count == 1
 
 
@@ -56,7 +56,7 @@ async def test_auto_runs_again_a_run_that_used_the_network_even_when_refused(cm:
     assert first.success and first.network is not None and len(first.network.refused) == 1
     again = await cm.execute(code, allow_networking=True, runner="cpython")
     assert not again.cached and again.network is not None and again.network.refused
-    stored = cm.scripts.get(first.hash)
+    stored = cm.scripts.get(first.hash, tenant="default")
     assert stored is not None and stored.network and not stored.side_effect_free
     assert stored.network_use is not None and stored.network_use["refused"][0].startswith("127.0.0.1:9: ")
     offline = await cm.execute(code, allow_networking=False, runner="cpython")
@@ -71,7 +71,7 @@ async def test_a_run_granted_the_network_that_connected_nowhere_is_replayed(cm: 
         again = await cm.execute(code, allow_networking=True, runner=runner)
         assert first.success and not first.cached and again.cached, runner
         assert first.network is not None and not first.network.used
-        stored = cm.scripts.get(first.hash)
+        stored = cm.scripts.get(first.hash, tenant="default")
         assert stored is not None and not stored.network and stored.side_effect_free
 
 
@@ -164,7 +164,7 @@ async def test_files_written_in_the_workspace_prevent_an_auto_replay_whatever_th
     code = "with open('out.txt', 'w') as f:\n    f.write('x')\nprint('wrote')"
     first = await cm.execute(code, allow_networking=False, runner=runner)
     assert first.success and [f.path for f in first.files] == ["out.txt"]
-    stored = cm.scripts.get(first.hash)
+    stored = cm.scripts.get(first.hash, tenant="default")
     assert stored is not None and not stored.side_effect_free
     assert not (await cm.execute(code, allow_networking=False, runner=runner)).cached
 
@@ -176,7 +176,7 @@ async def test_a_run_with_a_tool_call_is_not_stored_as_replayable_whatever_the_r
     code = "fixture.echo(text='side effect')  # tool call"
     first = await cm.execute(code, allow_networking=False, runner=runner)
     assert first.success and first.tool_calls == 1
-    stored = cm.scripts.get(first.hash)
+    stored = cm.scripts.get(first.hash, tenant="default")
     assert stored is not None and not stored.side_effect_free
     calls = calls_to(cm, "fixture")
     again = await cm.execute(code, allow_networking=False, runner=runner)
@@ -203,18 +203,18 @@ async def test_refresh_runs_again_and_overwrites_the_stored_result(cm: CodeMode)
 
 async def test_off_neither_reads_nor_writes(cm: CodeMode) -> None:
     code = PURE + "  # off"
-    before = cm.scripts.stats()["stored"]
+    before = cm.scripts.stats(tenant="default")["stored"]
     result = await cm.execute(code, cache="off", allow_networking=False)
     assert result.success and len(result.hash) == 64
-    assert cm.scripts.stats()["stored"] == before
-    assert cm.scripts.get(result.hash) is None
+    assert cm.scripts.stats(tenant="default")["stored"] == before
+    assert cm.scripts.get(result.hash, tenant="default") is None
     await cm.execute(code, allow_networking=False)
     assert not (await cm.execute(code, cache="off", allow_networking=False)).cached
 
 
 async def test_failed_runs_are_not_stored_and_unknown_modes_are_refused(cm: CodeMode) -> None:
     result = await cm.execute("1/0", allow_networking=False)
-    assert not result.success and cm.scripts.get(result.hash) is None
+    assert not result.success and cm.scripts.get(result.hash, tenant="default") is None
     with pytest.raises(UnsupportedError, match="cache must be one of"):
         await cm.execute("1", cache="sometimes")
 
@@ -222,18 +222,18 @@ async def test_failed_runs_are_not_stored_and_unknown_modes_are_refused(cm: Code
 async def test_a_description_is_derived_from_the_code_when_none_is_given(cm: CodeMode) -> None:
     code = '"""Add two numbers with the fixture."""\nfixture.add(a=1, b=2)'
     result = await cm.execute(code)
-    stored = cm.scripts.get(result.hash)
+    stored = cm.scripts.get(result.hash, tenant="default")
     assert stored is not None
     assert stored.description == "Add two numbers with the fixture. (calls fixture.add)"
     given = await cm.execute(code + "\n# v2", description="add numbers")
-    assert (s := cm.scripts.get(given.hash)) is not None and s.description == "add numbers"
+    assert (s := cm.scripts.get(given.hash, tenant="default")) is not None and s.description == "add numbers"
 
 
 async def test_a_changed_tool_schema_ends_exact_hits_and_marks_search_results_stale(cm: CodeMode) -> None:
     code = "fixture.echo(text='stale check')"
     first = await cm.execute(code, description="echo a stale check")
     assert (await cm.execute(code, cache="reuse")).cached
-    [hit] = [r for r in cm.scripts.search("echo stale check") if r.script.hash == first.hash]
+    [hit] = [r for r in cm.scripts.search("echo stale check", tenant="default") if r.script.hash == first.hash]
     assert hit.stale is False
 
     server = cm.pool.servers["fixture"]
@@ -248,7 +248,9 @@ async def test_a_changed_tool_schema_ends_exact_hits_and_marks_search_results_st
     try:
         rerun = await cm.execute(code, cache="reuse")
         assert not rerun.cached and rerun.hash != first.hash
-        [old] = [r for r in cm.scripts.search("echo stale check", limit=10) if r.script.hash == first.hash]
+        [old] = [
+            r for r in cm.scripts.search("echo stale check", limit=10, tenant="default") if r.script.hash == first.hash
+        ]
         assert old.stale is True
     finally:
         server.tools = original
@@ -256,11 +258,11 @@ async def test_a_changed_tool_schema_ends_exact_hits_and_marks_search_results_st
 
 
 async def test_a_replay_is_counted_in_the_hit_rate(cm: CodeMode) -> None:
-    before = cm.scripts.stats()
+    before = cm.scripts.stats(tenant="default")
     code = PURE + "  # hit rate"
     await cm.execute(code, allow_networking=False)
     await cm.execute(code, allow_networking=False)
-    after = cm.scripts.stats()
+    after = cm.scripts.stats(tenant="default")
     assert after["lookups"] == before["lookups"] + 2
     assert after["hits"] == before["hits"] + 1
     assert after["perLanguage"]["python"]["scripts"] >= 1
@@ -275,6 +277,6 @@ async def test_a_broken_cache_file_never_fails_a_run(tmp_path: Path) -> None:
         with anyio.fail_after(60):
             result = await engine.execute("print('still runs')", allow_networking=False)
         assert result.success and result.output == "still runs\n"
-        stats = engine.scripts.stats()
+        stats = engine.scripts.stats(tenant="default")
         assert stats["enabled"] and "corrupt" in stats["problems"][0]
     assert [p.name.startswith("scripts.db.corrupt-") for p in cache_dir.iterdir()].count(True) == 1

@@ -8,18 +8,24 @@ import pytest
 
 from mcp_code_mode.cache.embed import Embedder, StaticEmbedder
 from mcp_code_mode.cache.store import ScriptStore
+from mcp_code_mode.database import Database
 
 from .helpers import new_script
 from .quality_set import QUERIES, SCRIPTS
 
 
-def measure(tmp_path: Path, embedder: Embedder | None) -> tuple[float, float]:
-    store = ScriptStore(tmp_path / f"{embedder.name if embedder else 'fts'}.db", embedder).open()
+def measure(tmp_path: Path | Database, embedder: Embedder | None) -> tuple[float, float]:
+    """Recall@3 and MRR of the query set in a new SQLite file under ``tmp_path``, or in an empty ``Database``."""
+    target = tmp_path / f"{embedder.name if embedder else 'fts'}.db" if isinstance(tmp_path, Path) else tmp_path
+    store = ScriptStore(target, embedder).open()
     try:
-        ids = {store.put(new_script(s.code, tools=s.tools, description=s.description)).hash: s.id for s in SCRIPTS}
+        ids = {
+            store.put(new_script(s.code, tools=s.tools, description=s.description), tenant="default").hash: s.id
+            for s in SCRIPTS
+        }
         hits, reciprocal = 0, 0.0
         for query in QUERIES:
-            ranked = [ids[r.script.hash] for r in store.search(query.text, limit=10)]
+            ranked = [ids[r.script.hash] for r in store.search(query.text, limit=10, tenant="default")]
             rank = next((i for i, sid in enumerate(ranked) if sid in query.expected), None)
             hits += rank is not None and rank < 3
             reciprocal += 1 / (rank + 1) if rank is not None else 0.0

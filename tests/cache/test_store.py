@@ -43,33 +43,40 @@ def store(tmp_path: Path) -> Iterator[ScriptStore]:
 
 
 def test_a_stored_script_comes_back_whole_and_a_second_run_updates_it(store: ScriptStore) -> None:
-    first = store.put(new_script("print(1)", description="print one", output="1\n", tools=["fs.read"]))
-    assert store.get(first.hash) == first
-    assert store.get(first.hash[:8]) == first
+    first = store.put(
+        new_script("print(1)", description="print one", output="1\n", tools=["fs.read"]), tenant="default"
+    )
+    assert store.get(first.hash, tenant="default") == first
+    assert store.get(first.hash[:8], tenant="default") == first
     assert first.run_count == 1 and first.description == "print one" and first.description_given
     assert [t.name for t in first.tools] == ["fs.read"] and first.return_value == {"ok": True}
-    again = store.put(new_script("print(1)", output="changed\n", tools=["fs.read"]))
+    again = store.put(new_script("print(1)", output="changed\n", tools=["fs.read"]), tenant="default")
     assert again.id == first.id and again.run_count == 2 and again.output == "changed\n"
     assert again.description == "print one", "a given description is not replaced by a derived one"
-    assert store.candidates(first.code_key) == [again]
-    assert store.get("zz") is None and store.get("0000000000") is None
+    assert store.candidates(first.code_key, tenant="default") == [again]
+    assert store.get("zz", tenant="default") is None and store.get("0000000000", tenant="default") is None
 
 
 def test_side_effects_are_recorded(store: ScriptStore) -> None:
-    assert store.put(new_script("print(1)")).side_effect_free
-    assert not store.put(new_script("print(2)", tools=["fs.write"])).side_effect_free
-    assert not store.put(new_script("print(3)", files=["out.txt"])).side_effect_free
-    assert not store.put(new_script("print(4)", network=True)).side_effect_free
+    assert store.put(new_script("print(1)"), tenant="default").side_effect_free
+    assert not store.put(new_script("print(2)", tools=["fs.write"]), tenant="default").side_effect_free
+    assert not store.put(new_script("print(3)", files=["out.txt"]), tenant="default").side_effect_free
+    assert not store.put(new_script("print(4)", network=True), tenant="default").side_effect_free
 
 
 def test_search_ranks_filters_by_language_and_reports_scores(store: ScriptStore) -> None:
-    store.put(new_script("rows = read_csv()\ntotal = sum(rows)", description="sum a column of a CSV file"))
-    store.put(new_script("send_mail()", description="email the weekly report"))
-    store.put(new_script("const t = sumCsv()", description="sum a column of a CSV file", language="javascript"))
-    results = store.search("add up a csv column", limit=5)
+    store.put(
+        new_script("rows = read_csv()\ntotal = sum(rows)", description="sum a column of a CSV file"), tenant="default"
+    )
+    store.put(new_script("send_mail()", description="email the weekly report"), tenant="default")
+    store.put(
+        new_script("const t = sumCsv()", description="sum a column of a CSV file", language="javascript"),
+        tenant="default",
+    )
+    results = store.search("add up a csv column", limit=5, tenant="default")
     assert results[0].script.description == "sum a column of a CSV file"
     assert results[0].hit.score > 0 and results[0].hit.text_rank == 1
-    only_js = store.search("csv column", language="javascript")
+    only_js = store.search("csv column", language="javascript", tenant="default")
     assert [r.script.language for r in only_js] == ["javascript"]
     payload = results[0].to_json()
     assert {"hash", "score", "textRank", "semanticRank", "similarity", "stale"} <= set(payload)
@@ -79,12 +86,12 @@ def test_vectors_are_stored_so_reopening_embeds_only_the_query(tmp_path: Path) -
     path = tmp_path / "scripts.db"
     first = ScriptStore(path, HashingEmbedder()).open()
     for i in range(20):
-        first.put(new_script(f"print({i})", description=f"script number {i}"))
+        first.put(new_script(f"print({i})", description=f"script number {i}"), tenant="default")
     first.close()
     counting = CountingEmbedder()
     second = ScriptStore(path, counting).open()
     try:
-        assert second.search("script number 3")
+        assert second.search("script number 3", tenant="default")
         assert counting.texts == ["script number 3"]
     finally:
         second.close()
@@ -93,27 +100,29 @@ def test_vectors_are_stored_so_reopening_embeds_only_the_query(tmp_path: Path) -
 def test_scripts_stored_without_vectors_are_embedded_once_on_search(tmp_path: Path) -> None:
     path = tmp_path / "scripts.db"
     plain = ScriptStore(path, None).open()
-    plain.put(new_script("print(1)", description="alpha task"))
-    plain.put(new_script("print(2)", description="beta task"))
+    plain.put(new_script("print(1)", description="alpha task"), tenant="default")
+    plain.put(new_script("print(2)", description="beta task"), tenant="default")
     plain.close()
     counting = CountingEmbedder()
     store = ScriptStore(path, counting).open()
     try:
-        assert store.search("alpha")[0].script.description == "alpha task"
+        assert store.search("alpha", tenant="default")[0].script.description == "alpha task"
         assert len(counting.texts) == 3  # two backfilled scripts and the query
-        store.search("beta")
+        store.search("beta", tenant="default")
         assert len(counting.texts) == 4
     finally:
         store.close()
 
 
 def test_prune_deletes_scripts_unused_for_longer_than_asked(store: ScriptStore) -> None:
-    old = store.put(new_script("print('old')"))
+    old = store.put(new_script("print('old')"), tenant="default")
     store.conn.execute("UPDATE scripts SET last_used_at = ? WHERE id = ?", (time.time() - 3600, old.id))
-    store.put(new_script("print('new')"))
-    assert store.prune(older_than=60) == 1
-    assert [s.code for s in store.list()] == ["print('new')"]
-    assert store.search("old") == [] or all(r.script.code != "print('old')" for r in store.search("old"))
+    store.put(new_script("print('new')"), tenant="default")
+    assert store.prune(older_than=60, tenant="default") == 1
+    assert [s.code for s in store.list(tenant="default")] == ["print('new')"]
+    assert store.search("old", tenant="default") == [] or all(
+        r.script.code != "print('old')" for r in store.search("old", tenant="default")
+    )
 
 
 def test_a_corrupt_file_is_moved_aside_reported_and_replaced(tmp_path: Path) -> None:
@@ -125,8 +134,8 @@ def test_a_corrupt_file_is_moved_aside_reported_and_replaced(tmp_path: Path) -> 
         assert len(store.problems) == 1 and "corrupt" in store.problems[0]
         moved = [p for p in tmp_path.iterdir() if p.name.startswith("scripts.db.corrupt-")]
         assert len(moved) == 1 and moved[0].read_bytes() == garbage
-        assert store.put(new_script("print(1)")).run_count == 1
-        assert store.stats()["problems"] == store.problems
+        assert store.put(new_script("print(1)"), tenant="default").run_count == 1
+        assert store.stats(tenant="default")["problems"] == store.problems
     finally:
         store.close()
 
@@ -173,12 +182,12 @@ def test_rows_keyed_before_key_version_2_stay_readable_but_never_answer_a_lookup
     store = ScriptStore(path, None).open()
     try:
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        [old] = store.list()
+        [old] = store.list(tenant="default")
         assert (old.code, old.output, old.key_version) == ("print(1)", "1\n", 1)
-        assert store.get(old.hash) == old
-        assert store.candidates("old-code-key") == []
-        new = store.put(new_script("print(1)"))
-        assert new.key_version == KEY_VERSION and store.candidates(new.code_key) == [new]
+        assert store.get(old.hash, tenant="default") == old
+        assert store.candidates("old-code-key", tenant="default") == []
+        new = store.put(new_script("print(1)"), tenant="default")
+        assert new.key_version == KEY_VERSION and store.candidates(new.code_key, tenant="default") == [new]
     finally:
         store.close()
 
@@ -204,8 +213,8 @@ def test_several_processes_write_one_file_and_every_script_is_kept(tmp_path: Pat
     assert len(hashes) == 120
     store = ScriptStore(path, None).open()
     try:
-        assert store.stats()["scripts"] == 120
-        assert all(store.get(h) is not None for h in hashes)
+        assert store.stats(tenant="default")["scripts"] == 120
+        assert all(store.get(h, tenant="default") is not None for h in hashes)
     finally:
         store.close()
 
@@ -231,7 +240,7 @@ def test_kill_9_in_the_middle_of_writes_loses_no_committed_script(tmp_path: Path
     store = ScriptStore(path, None).open()
     try:
         assert store.problems == []
-        missing = [h for h in committed if store.get(h) is None]
+        missing = [h for h in committed if store.get(h, tenant="default") is None]
         assert missing == []
     finally:
         store.close()
@@ -260,7 +269,7 @@ def test_kill_9_of_an_engine_process_between_and_during_runs_keeps_every_returne
     store = ScriptStore(tmp_path / "cache" / "scripts.db", None).open()
     try:
         assert store.problems == []
-        assert [h for h in returned if store.get(h) is None] == []
+        assert [h for h in returned if store.get(h, tenant="default") is None] == []
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         store.close()

@@ -26,7 +26,9 @@ def main(path: str, prefix: str, count: int) -> None:
     store = ScriptStore(Path(path)).open()
     try:
         for i in range(count):
-            stored = store.put(new_script(f"print('{prefix} {i}')\n" + "x = 1\n" * 200, output=f"{prefix} {i}\n"))
+            stored = store.put(
+                new_script(f"print('{prefix} {i}')\n" + "x = 1\n" * 200, output=f"{prefix} {i}\n"), tenant="default"
+            )
             print("stored", stored.hash, flush=True)
     finally:
         store.close()

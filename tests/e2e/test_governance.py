@@ -629,7 +629,7 @@ async def test_the_audit_log_lists_each_call_with_its_decision_the_run_hash_and_
     data = await run(s.asking, code)
     assert data["success"], data["error"]
     assert s.engine.audit is not None
-    entries = s.engine.audit.query(run=data["hash"])
+    entries = s.engine.audit.query(run=data["hash"], tenant="default")
     assert [(e["server"], e["tool"], e["decision"]) for e in reversed(entries)] == [
         ("filesystem", "list_allowed_directories", "allowed"),
         ("fixture", "echo", "approved"),
@@ -658,7 +658,7 @@ async def test_the_audit_log_has_a_plans_planned_calls_and_its_approval(s: Setup
     approved = await run(s.mute, code, approvePlan=planned["plan"]["planId"])
     assert s.engine.audit is not None
     for data, expected in ((planned, "planned"), (approved, "approved")):
-        entries = list(reversed(s.engine.audit.query(run=data["hash"])))
+        entries = list(reversed(s.engine.audit.query(run=data["hash"], tenant="default")))
         assert [e["decision"] for e in entries] == ["allowed", "allowed", expected, expected]
         assert entries[2]["preview"] == json.dumps(
             {"path": str(s.notes / "audited.txt"), "content": "the note"}, separators=(",", ":")

@@ -190,7 +190,7 @@ async def test_a_call_by_a_name_no_tool_has_is_in_the_audit_log_as_refused(engin
     assert reached == 0 and result.output.startswith("ToolError: unknown server")
     assert [c.decision for c in result.calls] == ["refused"]
     assert engine.audit is not None
-    assert [e["decision"] for e in engine.audit.query(run=result.hash)] == ["refused"]
+    assert [e["decision"] for e in engine.audit.query(run=result.hash, tenant="default")] == ["refused"]
 
 
 RAW_CHANNEL = (

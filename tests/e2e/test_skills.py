@@ -120,7 +120,7 @@ async def test_a_python_skill_runs_in_the_calling_run_and_its_tool_calls_are_aud
     assert result["output"] == "10\n" and result["returnValue"] == 4
     assert [(c["server"], c["tool"]) for c in result["calls"]] == [("fixture", "add"), ("fixture", "add")]
     assert engine.audit is not None
-    logged = engine.audit.query(run=result["hash"], tool="fixture.add")
+    logged = engine.audit.query(run=result["hash"], tool="fixture.add", tenant="default")
     assert len(logged) == 2, logged
 
 

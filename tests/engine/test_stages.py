@@ -83,7 +83,7 @@ async def test_the_key_changes_with_the_stubs_and_the_runner(stage: CacheStage) 
 async def test_off_neither_reads_nor_writes(stage: CacheStage) -> None:
     keyed = stage.key(a_plan(mode="off"), BUNDLE)
     await stage.store(keyed, RunResult(success=True), [], None)
-    assert stage.scripts.stats()["scripts"] == 0
+    assert stage.scripts.stats(tenant="default")["scripts"] == 0
     assert await stage.lookup(stage.key(a_plan(), BUNDLE), time.perf_counter()) is None
 
 

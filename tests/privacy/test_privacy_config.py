@@ -116,7 +116,7 @@ def test_secrets_are_every_env_and_header_value_but_paths(tmp_path: Path) -> Non
     assert "Bearer abcdef0123456789" in found and "abcdef0123456789" in found
     assert f"{tmp_path}/m.jsonl" not in found
     privacy = build_privacy(config)
-    run = privacy.run("c")
+    run = privacy.run("c", tenant="default")
     assert run.mask_text("t=tok-0123456789abcdef s=1234567") == "t=[SECRET] s=1234567"  # under 8: not a secret
 
 

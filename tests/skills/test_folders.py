@@ -90,11 +90,11 @@ def test_import_refuses_path_tricks_symlinks_and_bad_names_each_with_its_reason(
 def test_saving_a_name_again_adds_a_version_and_delete_removes_them_all(tmp_path: Path) -> None:
     store = SkillStore(tmp_path / "scripts.db")
     try:
-        assert store.save(SKILL).version == 1
-        assert store.save(SKILL).version == 2
-        assert [s.version for s in store.versions("count_files")] == [2, 1]
-        assert [(s.name, s.version) for s in store.latest()] == [("count_files", 2)]
-        assert store.delete("count_files") == 2 and store.latest() == []
+        assert store.save(SKILL, tenant="default").version == 1
+        assert store.save(SKILL, tenant="default").version == 2
+        assert [s.version for s in store.versions("count_files", tenant="default")] == [2, 1]
+        assert [(s.name, s.version) for s in store.latest(tenant="default")] == [("count_files", 2)]
+        assert store.delete("count_files", tenant="default") == 2 and store.latest(tenant="default") == []
     finally:
         store.close()
 

@@ -1,4 +1,4 @@
-"""The script cache: successful runs kept in SQLite, exact hits replayed when safe, hybrid search.
+"""The script cache: successful runs kept in the stores' database, exact hits replayed when safe, hybrid search.
 
 ``ScriptCache`` is what the engine holds: it opens the store under ``cache_dir``, decides whether a
 stored run may answer a request (the ``cache`` modes), remembers new runs and serves the discovery
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from ..database import Database
 from ..errors import UnsupportedError
 from .audit import DECISIONS, AuditEntry, AuditLog, Decision, arguments_digest, parse_since, preview
 from .describe import ToolUse, derive_description
@@ -60,22 +61,29 @@ class ScriptCache:
         ttl: float,
         embedder: Embedder | None,
         current_schema: CurrentSchema | None,
+        database: Database | None = None,
     ) -> None:
-        """``current_schema`` is None where no servers are connected (the CLI): nothing is known to be stale."""
+        """``current_schema`` is None where no servers are connected (the CLI): nothing is known to be stale.
+        ``database``: an open database to keep the scripts in (PostgreSQL); None: the SQLite file ``path``."""
         self.directory = directory
         self.ttl = ttl
         self.current_schema = current_schema
         self.store: ScriptStore | None = None
         self._embedder = embedder
+        self._database = database
         self.problems: list[str] = []
 
     @property
     def path(self) -> Path:
         return self.directory / DB_NAME
 
+    def use(self, database: Database) -> None:
+        """Keep the scripts in ``database`` (opened by the caller, who closes it) instead of the SQLite file."""
+        self._database = database
+
     def open(self) -> None:
         """Open (or create) the database; a failure leaves the cache off and says why in ``problems``."""
-        store = ScriptStore(self.path, self._embedder)
+        store = ScriptStore(self.path if self._database is None else self._database, self._embedder)
         try:
             store.open()
         except (OSError, sqlite3.Error) as exc:
@@ -108,7 +116,7 @@ class ScriptCache:
         """Whether ``after_run`` in ``mode`` writes to the store (else it does nothing)."""
         return self.store is not None and mode != "off"
 
-    def lookup(self, mode: CacheMode, key: str) -> StoredScript | None:
+    def lookup(self, mode: CacheMode, key: str, *, tenant: str) -> StoredScript | None:
         """The stored run that answers a request in ``mode``, or None (run it).
 
         A hit is counted here; a miss is counted by ``after_run``, so that nothing is written
@@ -117,27 +125,27 @@ class ScriptCache:
         if self.store is None or not self.reads(mode):
             return None
         try:
-            for script in self.store.candidates(key):
+            for script in self.store.candidates(key, tenant=tenant):
                 if not self.is_current(script):
                     continue
                 fresh = time.time() - script.last_run_at < self.ttl
                 if mode == "reuse" or (script.side_effect_free and fresh):
-                    self.store.record_lookup(script.id)
+                    self.store.record_lookup(script.id, tenant=tenant)
                     return script
         except sqlite3.Error:
             logger.exception("cache lookup failed; running the script")
         return None
 
-    def after_run(self, mode: CacheMode, script: NewScript | None) -> StoredScript | None:
+    def after_run(self, mode: CacheMode, script: NewScript | None, *, tenant: str) -> StoredScript | None:
         """Count the missed lookup and store a successful run (blocking: call it in a worker thread)."""
         if self.store is None or not self.writes(mode):
             return None
         counted = mode in ("auto", "reuse")
         try:
             if script is not None:
-                return self.store.put(script, count_lookup=counted)
+                return self.store.put(script, tenant=tenant, count_lookup=counted)
             if counted:
-                self.store.record_lookup(None)
+                self.store.record_lookup(None, tenant=tenant)
         except sqlite3.Error:
             logger.exception("storing the run in the cache failed")
         return None
@@ -151,28 +159,29 @@ class ScriptCache:
             )
         return self.store
 
-    def search(self, query: str, language: str | None = None, limit: int = 5) -> list[SearchResult]:
+    def search(self, query: str, language: str | None = None, limit: int = 5, *, tenant: str) -> list[SearchResult]:
         is_stale = None if self.current_schema is None else (lambda s: not self.is_current(s))
-        return self._require().search(query, language=language, limit=limit, is_stale=is_stale)
+        return self._require().search(query, tenant=tenant, language=language, limit=limit, is_stale=is_stale)
 
-    def list(self, language: str | None = None, limit: int = 20) -> list[StoredScript]:
-        return self._require().list(language, limit)
+    def list(self, language: str | None = None, limit: int = 20, *, tenant: str) -> list[StoredScript]:
+        return self._require().list(language, limit, tenant=tenant)
 
-    def get(self, hash_or_prefix: str) -> StoredScript | None:
-        return self._require().get(hash_or_prefix)
+    def get(self, hash_or_prefix: str, *, tenant: str) -> StoredScript | None:
+        return self._require().get(hash_or_prefix, tenant=tenant)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, *, tenant: str) -> dict[str, Any]:
         if self.store is None:
-            return {"path": str(self.path), "enabled": False, "problems": list(self.problems)}
-        stats = self.store.stats()
+            where = str(self.path) if self._database is None else self._database.where
+            return {"path": where, "enabled": False, "problems": list(self.problems)}
+        stats = self.store.stats(tenant=tenant)
         stats["problems"] = list(dict.fromkeys([*self.problems, *stats["problems"]]))
         return {"enabled": True, **stats, "ttlSeconds": self.ttl}
 
-    def prune(self, older_than: float) -> int:
-        return self._require().prune(older_than)
+    def prune(self, older_than: float, *, tenant: str) -> int:
+        return self._require().prune(older_than, tenant=tenant)
 
-    def iter_all(self) -> Iterator[StoredScript]:
-        return self._require().iter_all()
+    def iter_all(self, *, tenant: str) -> Iterator[StoredScript]:
+        return self._require().iter_all(tenant=tenant)
 
 
 __all__ = [

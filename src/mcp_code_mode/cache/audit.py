@@ -1,12 +1,15 @@
 """The audit log: every tool call a run asked for, whatever was decided about it; and the plans clients approve.
 
-Both live in the cache database (``scripts.db``, tables ``audit`` and ``plans``, migration 4), opened by
-``ScriptStore``'s own code: the same checks, migrations and pragmas, its own connection. Writes follow the
-store's discipline: each is one short ``BEGIN IMMEDIATE`` transaction committed before the method returns.
-With WAL and ``synchronous=NORMAL`` a committed row is in the WAL file, so it survives ``kill -9`` of the
-process (a power cut may lose the last transactions: the WAL is not synced on every commit). Several server
-processes share the file; a writer waits up to ``store.BUSY_TIMEOUT_MS`` for another. Every method blocks:
-from async code, call it in a worker thread (the log is thread-safe).
+Both live in the stores' database (``database``: the SQLite file ``scripts.db``, tables ``audit`` and ``plans``,
+migrations 4 and 8, its own connection; or PostgreSQL, shared). Writes follow the store's discipline: each is one
+short transaction committed before the method returns (SQLite: ``BEGIN IMMEDIATE``; with WAL and
+``synchronous=NORMAL`` a committed row is in the WAL file, so it survives ``kill -9`` of the process, a power cut
+may lose the last transactions). Several server processes share the file or the server; a SQLite writer waits up
+to ``BUSY_TIMEOUT_MS`` for another. Every method blocks: from async code, call it in a worker thread (the log is
+thread-safe).
+
+Every row belongs to a tenant: every method takes ``tenant`` and reads, changes or deletes that tenant's rows
+only (a plan of another tenant is unknown). ``prune_expired`` is the host's retention sweep over every tenant.
 
 A row holds the arguments' digest (``arguments_digest``: SHA-256 of their canonical JSON, so that the same call
 is recognisable across runs) and a short ``preview`` in which the values of secret-looking keys are
@@ -46,7 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
 
-from .store import ScriptStore
+from ..database import Database, Row, Tx, open_database
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +103,7 @@ _COLUMNS = (
     "error",
     "pii",
 )
-_INSERT = f"INSERT INTO audit({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
+_INSERT = f"INSERT INTO audit(tenant, {', '.join(_COLUMNS)}) VALUES (?, {', '.join('?' for _ in _COLUMNS)})"
 
 
 # ----- arguments ---------------------------------------------------------------------------------
@@ -253,7 +256,7 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     return when.timestamp()
 
 
-def _entry_json(row: sqlite3.Row) -> dict[str, Any]:
+def _entry_json(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "at": iso(row["at"]),
@@ -273,7 +276,7 @@ def _entry_json(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def _plan_json(row: sqlite3.Row) -> dict[str, Any]:
+def _plan_json(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "codeHash": row["code_hash"],
@@ -283,6 +286,29 @@ def _plan_json(row: sqlite3.Row) -> dict[str, Any]:
         "calls": json.loads(row["calls"]),
         "usedAt": row["used_at"],
     }
+
+
+def _glob_regex(pattern: str) -> str:
+    """A GLOB pattern (``*``, ``?``, ``[…]``, case-sensitive, whole string) as a POSIX regular expression."""
+    out = ["^"]
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : end]
+            negate = body.startswith("^")
+            body = body[1:] if negate else body
+            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    out.append("$")
+    return "".join(out)
 
 
 def _upper_bound(prefix: str) -> str:
@@ -296,18 +322,24 @@ def _upper_bound(prefix: str) -> str:
 class AuditLog:
     """The audit log and the plans in one cache database file. Thread-safe; open on construction, ``close`` after.
 
-    Opening creates, checks and migrates the file with ``ScriptStore.open`` (a file that is not a database, is
-    corrupt or has a newer schema is moved aside and started anew, as the script cache does; ``problems`` says
-    so). Raises ``sqlite3.Error`` or ``OSError`` when the file cannot be used at all.
+    ``target``: a SQLite file, opened (created, checked and migrated, a broken one moved aside: ``problems`` says
+    so) with a connection of its own and closed by ``close``; or an open ``Database``, shared and left open.
+    Raises ``sqlite3.Error`` (``database.StoreError`` included) or ``OSError`` when it cannot be used at all.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._store = ScriptStore(path).open()  # its own connection, opened and migrated by the cache's code
-        self.problems: list[str] = list(self._store.problems)
+    def __init__(self, target: Path | Database) -> None:
+        self._owned = isinstance(target, Path)
+        self._db: Database = open_database(target) if isinstance(target, Path) else target
+        self.path = self._db.where
+        self.problems: list[str] = list(self._db.problems)
 
     def close(self) -> None:
-        self._store.close()
+        if self._owned:
+            self._db.close()
+
+    def database_close(self) -> None:
+        """Close a database it was given (a command that opened it for the log alone)."""
+        self._db.close()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -317,26 +349,32 @@ class AuditLog:
     ) -> None:
         self.close()
 
-    def _read(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._store._lock:
-            return self._store.conn.execute(sql, tuple(args)).fetchall()
+    def _read(self, sql: str, args: Iterable[Any] = ()) -> list[Row]:
+        return self._db.read(sql, tuple(args))
+
+    def _write(self, body: Any) -> Any:
+        return self._db.write(body, scope="audit")
 
     # ----- audit ---------------------------------------------------------------------------------
 
-    def record(self, entry: AuditEntry) -> None:
-        """Store one entry, committed before this returns."""
-        self._store._write(lambda conn: conn.execute(_INSERT, entry._row()))
+    def record(self, entry: AuditEntry, *, tenant: str) -> None:
+        """Store one entry of ``tenant``, committed before this returns."""
+        self._write(lambda tx: tx.execute(_INSERT, (tenant, *entry._row())))
 
-    def record_many(self, entries: Iterable[AuditEntry]) -> None:
-        """Store several entries in one transaction (all or none)."""
-        rows = [e._row() for e in entries]
+    def record_many(self, entries: Iterable[AuditEntry], *, tenant: str) -> None:
+        """Store several entries of ``tenant`` in one transaction (all or none)."""
+        rows = [(tenant, *e._row()) for e in entries]
         if rows:
-            self._store._write(lambda conn: conn.executemany(_INSERT, rows))
+            self._write(lambda tx: tx.executemany(_INSERT, rows))
 
-    def set_run_hash(self, run_id: str, run_hash: str) -> int:
+    def set_run_hash(self, run_id: str, run_hash: str, *, tenant: str) -> int:
         """Give every entry of a run the run's hash, known when it ended; returns how many entries."""
-        updated: int = self._store._write(
-            lambda conn: conn.execute("UPDATE audit SET run_hash = ? WHERE run_id = ?", (run_hash, run_id)).rowcount
+        updated: int = self._write(
+            lambda tx: (
+                tx.execute(
+                    "UPDATE audit SET run_hash = ? WHERE tenant = ? AND run_id = ?", (run_hash, tenant, run_id)
+                ).rowcount
+            )
         )
         return updated
 
@@ -348,6 +386,7 @@ class AuditLog:
         since: float | None = None,
         client: str | None = None,
         limit: int = 200,
+        tenant: str,
     ) -> list[dict[str, Any]]:
         """Entries, newest first, as JSON-able dicts with camelCase keys (``at`` in ISO 8601 UTC).
 
@@ -357,8 +396,8 @@ class AuditLog:
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        where: list[str] = []
-        args: list[Any] = []
+        where: list[str] = ["tenant = ?"]
+        args: list[Any] = [tenant]
         if run is not None:
             key = run.strip()
             matches = ["run_id = ?", "code_hash = ?", "run_hash = ?"]
@@ -370,31 +409,45 @@ class AuditLog:
                     args += [prefix, _upper_bound(prefix)]
             where.append(f"({' OR '.join(matches)})")
         if tool is not None:
-            where.append("((server || '.' || tool) GLOB ? OR tool GLOB ?)")
-            args += [tool, tool]
+            if self._db.dialect == "postgresql":
+                pattern = _glob_regex(tool)
+                where.append("((server || '.' || tool) ~ ? OR tool ~ ?)")
+                args += [pattern, pattern]
+            else:
+                where.append("((server || '.' || tool) GLOB ? OR tool GLOB ?)")
+                args += [tool, tool]
         if since is not None:
             where.append("at >= ?")
             args.append(since)
         if client is not None:
             where.append("client = ?")
             args.append(client)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        clause = f"WHERE {' AND '.join(where)}"
         rows = self._read(f"SELECT * FROM audit {clause} ORDER BY at DESC, id DESC LIMIT ?", [*args, limit])
         return [_entry_json(r) for r in rows]
 
-    def prune(self, days: float, *, now: float | None = None) -> int:
-        """Delete entries older than ``days`` and every expired plan; returns how many entries went."""
+    def prune(self, days: float, *, tenant: str, now: float | None = None) -> int:
+        """Delete the tenant's entries older than ``days`` and its expired plans; returns how many entries went."""
+        return self._prune(days, tenant, now)
+
+    def prune_expired(self, days: float, *, now: float | None = None) -> int:
+        """The host's retention sweep (``CODE_MODE_AUDIT_DAYS``): entries older than ``days`` and expired plans
+        of every tenant; returns how many entries went. Never called for a request."""
+        return self._prune(days, None, now)
+
+    def _prune(self, days: float, tenant: str | None, now: float | None) -> int:
         if days <= 0:
             raise ValueError(f"days must be positive, got {days:g}")
         moment = time.time() if now is None else now
         cutoff = moment - days * ONE_DAY
+        only, args = ("AND tenant = ?", (tenant,)) if tenant is not None else ("", ())
 
-        def body(conn: sqlite3.Connection) -> tuple[int, int]:
-            entries = conn.execute("DELETE FROM audit WHERE at < ?", (cutoff,)).rowcount
-            plans = conn.execute("DELETE FROM plans WHERE expires_at <= ?", (moment,)).rowcount
+        def body(tx: Tx) -> tuple[int, int]:
+            entries = tx.execute(f"DELETE FROM audit WHERE at < ? {only}", (cutoff, *args)).rowcount
+            plans = tx.execute(f"DELETE FROM plans WHERE expires_at <= ? {only}", (moment, *args)).rowcount
             return entries, plans
 
-        entries, plans = self._store._write(body)
+        entries, plans = self._write(body)
         logger.debug("pruned %d audit entries older than %g days and %d expired plans", entries, days, plans)
         return entries
 
@@ -408,38 +461,43 @@ class AuditLog:
         ttl_s: float,
         calls: list[dict[str, Any]],
         *,
+        tenant: str,
         now: float | None = None,
     ) -> None:
         """Keep a plan for ``ttl_s`` seconds: the calls a run of ``code_hash`` would make, for ``client``.
 
-        An id already used raises ``sqlite3.IntegrityError`` (a plan is never replaced)."""
+        An id already used raises ``sqlite3.IntegrityError`` (``database.StoreIntegrityError`` on PostgreSQL; a plan
+        is never replaced)."""
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be positive, got {ttl_s:g}")
         created = time.time() if now is None else now
         text = json.dumps(calls, ensure_ascii=False, default=repr)
-        self._store._write(
-            lambda conn: conn.execute(
-                "INSERT INTO plans(id, code_hash, client, created_at, expires_at, calls) VALUES (?, ?, ?, ?, ?, ?)",
-                (plan_id, code_hash, client, created, created + ttl_s, text),
+        self._write(
+            lambda tx: tx.execute(
+                "INSERT INTO plans(id, tenant, code_hash, client, created_at, expires_at, calls)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (plan_id, tenant, code_hash, client, created, created + ttl_s, text),
             )
         )
 
-    def load_plan(self, plan_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+    def load_plan(self, plan_id: str, *, tenant: str, now: float | None = None) -> dict[str, Any] | None:
         """The plan (``id``, ``codeHash``, ``client``, ``createdAt``, ``expiresAt``, ``calls``, ``usedAt``; times
         in seconds since the epoch), or None when it is unknown or expired. A used plan is returned with its
         ``usedAt``: the caller checks it, and the code hash and client it is bound to."""
         moment = time.time() if now is None else now
-        rows = self._read("SELECT * FROM plans WHERE id = ? AND expires_at > ?", (plan_id, moment))
+        rows = self._read(
+            "SELECT * FROM plans WHERE id = ? AND tenant = ? AND expires_at > ?", (plan_id, tenant, moment)
+        )
         return _plan_json(rows[0]) if rows else None
 
-    def mark_plan_used(self, plan_id: str, *, now: float | None = None) -> bool:
+    def mark_plan_used(self, plan_id: str, *, tenant: str, now: float | None = None) -> bool:
         """Mark the plan used; True for the one caller that did so, False when it is unknown, expired or used."""
         moment = time.time() if now is None else now
-        changed: int = self._store._write(
-            lambda conn: (
-                conn.execute(
-                    "UPDATE plans SET used_at = ? WHERE id = ? AND used_at IS NULL AND expires_at > ?",
-                    (moment, plan_id, moment),
+        changed: int = self._write(
+            lambda tx: (
+                tx.execute(
+                    "UPDATE plans SET used_at = ? WHERE id = ? AND tenant = ? AND used_at IS NULL AND expires_at > ?",
+                    (moment, plan_id, tenant, moment),
                 ).rowcount
             )
         )
@@ -464,11 +522,11 @@ class AuditWriter:
         self._thread = threading.Thread(target=self._loop, name="audit-writer", daemon=True)
         self._thread.start()
 
-    def put(self, **fields: Any) -> None:
-        """Queue one call (``AuditEntry.of_call``'s keyword arguments)."""
+    def put(self, *, tenant: str, **fields: Any) -> None:
+        """Queue one call of ``tenant`` (``AuditEntry.of_call``'s keyword arguments)."""
         with self._done:
             self._pending += 1
-        self._queue.put(fields)
+        self._queue.put({**fields, "_tenant": tenant})
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every entry put so far is committed (or failed to be); False on timeout."""
@@ -496,7 +554,12 @@ class AuditWriter:
                     break
                 batch.append(more)
             try:
-                self.log.record_many([AuditEntry.of_call(**fields) for fields in batch])
+                by_tenant: dict[str, list[AuditEntry]] = {}
+                for fields in batch:
+                    tenant = fields.pop("_tenant")
+                    by_tenant.setdefault(tenant, []).append(AuditEntry.of_call(**fields))
+                for tenant, entries in by_tenant.items():
+                    self.log.record_many(entries, tenant=tenant)
             except (sqlite3.Error, ValueError):
                 logger.exception("the audit log could not record %d calls", len(batch))
             finally:

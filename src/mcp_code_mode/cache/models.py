@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..database import Row
 from .describe import ToolUse
 from .keys import KEY_VERSION
 from .search import Hit
@@ -121,7 +121,7 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def row_to_script(row: sqlite3.Row) -> StoredScript:
+def row_to_script(row: Row) -> StoredScript:
     tools = [ToolUse(t["server"], t["tool"], t["schema_hash"]) for t in json.loads(row["tools"])]
     return StoredScript(
         id=row["id"],

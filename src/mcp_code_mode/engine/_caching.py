@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 
@@ -29,6 +30,7 @@ from ..cache import (
     stubs_digest,
 )
 from ..runners import StubBundle
+from ..tenants import current_tenant
 from ._request import RunPlan
 
 
@@ -67,7 +69,9 @@ class CacheStage:
         mode = keyed.plan.mode
         if not self.scripts.reads(mode):
             return None
-        hit = await anyio.to_thread.run_sync(self.scripts.lookup, mode, keyed.key)
+        hit = await anyio.to_thread.run_sync(
+            partial(self.scripts.lookup, mode, keyed.key, tenant=current_tenant().name)
+        )
         if hit is None or (readable is not None and not readable(hit)):
             return None
         return hit
@@ -108,7 +112,9 @@ class CacheStage:
                 pii_tokens=pii_tokens,
             )
         if self.scripts.writes(plan.mode):
-            await anyio.to_thread.run_sync(self.scripts.after_run, plan.mode, new)
+            await anyio.to_thread.run_sync(
+                partial(self.scripts.after_run, plan.mode, new, tenant=current_tenant().name)
+            )
         return run_hash
 
     def used_network(self, plan: RunPlan, result: RunResult) -> bool:

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
 from ..config import CodeModeConfig, Settings
+from ..database import Database, open_database
 from ..discovery import ToolSearch
 from ..downstream.pool import ToolPool
 from ..errors import ConfigError, UnsupportedError
@@ -126,6 +128,9 @@ class CodeMode:
         self._stubs = StubBook(self.pool)
         self._stubs_for = -1
         self.embedder = make_embedder(settings.cache_embedder)
+        self.database: Database | None = None
+        """The stores' shared PostgreSQL (``CODE_MODE_DATABASE_URL``), opened on entry; None: each store opens
+        the SQLite file with a connection of its own."""
         self.scripts = ScriptCache(
             settings.cache_root(), ttl=settings.cache_ttl, embedder=self.embedder, current_schema=self._schema_hash
         )
@@ -171,12 +176,15 @@ class CodeMode:
     async def __aenter__(self) -> CodeMode:
         """Open the cache and the audit log, and start what runs in the background: the downstream servers'
         connections and the eager runners. It returns without waiting for either (``ready`` waits)."""
+        if self.settings.database_url is not None:  # unreachable: StoreError naming the host, no SQLite fallback
+            self.database = await anyio.to_thread.run_sync(open_database, self.settings.database_url.get_secret_value())
+            self.scripts.use(self.database)
         await anyio.to_thread.run_sync(self.scripts.open)
         await anyio.to_thread.run_sync(self._open_audit)
         await anyio.to_thread.run_sync(self._open_skills)
         await anyio.to_thread.run_sync(self._open_artifacts)
         if self.settings.pii_vault == "database":
-            await anyio.to_thread.run_sync(persist_vault, self.privacy, self.scripts.path, self.settings)
+            await anyio.to_thread.run_sync(persist_vault, self.privacy, self._stores_at, self.settings)
         stack = contextlib.AsyncExitStack()
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
@@ -274,11 +282,18 @@ class CodeMode:
         self.privacy.vault.close()
         if self.skills is not None:
             self.skills.store.close()
+        if self.database is not None:
+            self.database.close()
+
+    @property
+    def _stores_at(self) -> Path | Database:
+        """Where the stores open: the shared PostgreSQL, else the SQLite file (each store its own connection)."""
+        return self.database if self.database is not None else self.scripts.path
 
     def _open_audit(self) -> None:
         try:
-            self.audit = AuditLog(self.scripts.path)
-            self.audit.prune(self.settings.audit_days)
+            self.audit = AuditLog(self._stores_at)
+            self.audit.prune_expired(self.settings.audit_days)
             self._audit_writer = AuditWriter(self.audit)
         except (OSError, sqlite3.Error) as exc:
             logger.warning(
@@ -288,7 +303,7 @@ class CodeMode:
 
     def _open_skills(self) -> None:
         try:
-            store = SkillStore(self.scripts.path)
+            store = SkillStore(self._stores_at)
         except (OSError, sqlite3.Error) as exc:
             logger.warning("skills are off: %s cannot be used: %s", self.scripts.path, exc)
             return
@@ -303,18 +318,20 @@ class CodeMode:
         entry = self.pool.servers.get(server)
         return None if entry is None or entry.state == "ready" else ""
 
-    def _keep_files(self, client: str, result: RunResult, pairs: list[tuple[FileEntry, Staged | None]]) -> None:
+    def _keep_files(
+        self, client: str, result: RunResult, pairs: list[tuple[FileEntry, Staged | None]], tenant: str
+    ) -> None:
         """Keep a run's staged files as its artifacts (links in its entries), and inline the small images."""
         assert self.artifacts is not None
-        self.artifacts.keep(client, result.hash, pairs)
-        result.images += self.artifacts.inline(client, result.hash, [e for e, _ in pairs], result.images)
+        self.artifacts.keep(client, result.hash, pairs, tenant=tenant)
+        result.images += self.artifacts.inline(client, result.hash, [e for e, _ in pairs], result.images, tenant=tenant)
 
     def _open_artifacts(self) -> None:
         if self.artifact_limits.max_file <= 0 or self.artifact_limits.max_files <= 0:
             return
         try:
             self.artifacts = ArtifactStore(
-                self.settings.cache_root() / "artifacts", self.scripts.path, self.artifact_limits
+                self.settings.cache_root() / "artifacts", self._stores_at, self.artifact_limits
             )
         except (OSError, sqlite3.Error) as exc:
             logger.warning("artifacts are off: %s cannot be used: %s", self.scripts.path, exc)
@@ -515,7 +532,7 @@ class CodeMode:
         bundle = self.bundle(chosen.stub_language)  # the one the run gets, and the one its key names
         keyed = self._cache.key(plan, bundle)
         approved = await self._approved_calls(approve_plan, mode, keyed.key, client)
-        privacy = self.privacy.run(client)
+        privacy = self.privacy.run(client, tenant=current_tenant().name)
         # A plan or its approval is never a replay; nor is code with this client's tokens (what they stand
         # for is this client's: another's identical code means other values).
         if mode == "plan" or approve_plan is not None or privacy.known_tokens(code):
@@ -713,7 +730,7 @@ class CodeMode:
         result.hash = await self._cache.store(keyed, result, tools, privacy.described(description), pii_tokens)
         if files is not None and pairs and self.artifacts is not None:
             try:
-                await anyio.to_thread.run_sync(self._keep_files, client, result, pairs)
+                await anyio.to_thread.run_sync(self._keep_files, client, result, pairs, current_tenant().name)
             except (OSError, sqlite3.Error) as exc:  # the run's answer still goes out, without links
                 logger.warning("a run's files could not be kept: %s", exc)
                 for entry, staged in pairs:
@@ -722,11 +739,13 @@ class CodeMode:
         if self.audit is not None and self._audit_writer is not None and dispatcher.calls:
             # Every call of the run is committed before the run is answered (the writer batches them).
             await anyio.to_thread.run_sync(self._audit_writer.flush)
-            await anyio.to_thread.run_sync(self.audit.set_run_hash, run_id, result.hash)
+            await anyio.to_thread.run_sync(
+                partial(self.audit.set_run_hash, run_id, result.hash, tenant=current_tenant().name)
+            )
         if time.monotonic() - self._pruned_at > AUDIT_PRUNE_EVERY:
             self._pruned_at = time.monotonic()
             if self.audit is not None:
-                await anyio.to_thread.run_sync(self.audit.prune, settings.audit_days)
+                await anyio.to_thread.run_sync(self.audit.prune_expired, settings.audit_days)
             await anyio.to_thread.run_sync(self.privacy.vault.prune)  # expired tokens leave memory too
         if mode == "plan":
             result.plan = await self._save_plan(gate, keyed.key, client)
@@ -771,7 +790,7 @@ class CodeMode:
             raise UnsupportedError('approvePlan runs a plan: it does not go with mode="plan"')
         if self.audit is None:
             raise UnsupportedError("plans cannot be kept here: the cache database cannot be used")
-        stored = await anyio.to_thread.run_sync(self.audit.load_plan, plan_id)
+        stored = await anyio.to_thread.run_sync(partial(self.audit.load_plan, plan_id, tenant=current_tenant().name))
         if stored is None or stored["client"] != client:
             raise UnsupportedError(f"unknown or expired plan {plan_id!r} (plans last CODE_MODE_PLAN_TTL seconds)")
         if stored["codeHash"] != code_hash:
@@ -781,7 +800,7 @@ class CodeMode:
             )
         # Used up now, before the run: two approvals at once, or a cancelled one, never run it twice.
         used = stored.get("usedAt") is not None or not await anyio.to_thread.run_sync(
-            self.audit.mark_plan_used, plan_id
+            partial(self.audit.mark_plan_used, plan_id, tenant=current_tenant().name)
         )
         if used:
             raise UnsupportedError(f"plan {plan_id!r} was already approved and run; make a new plan")
@@ -793,7 +812,8 @@ class CodeMode:
         ttl = self.settings.plan_ttl
         if self.audit is None:
             return PlanResult(plan_id="", calls=calls, expires_in=0, error="plans cannot be kept here")
-        await anyio.to_thread.run_sync(lambda: self.audit.save_plan(plan_id, code_hash, client, ttl, calls))  # pyright: ignore[reportOptionalMemberAccess]
+        audit, tenant = self.audit, current_tenant().name
+        await anyio.to_thread.run_sync(lambda: audit.save_plan(plan_id, code_hash, client, ttl, calls, tenant=tenant))
         return PlanResult(plan_id=plan_id, calls=calls, expires_in=round(ttl))
 
     def _traced(self, observe: CallObserver | None, privacy: RunPrivacy, traced: dict[int, str]) -> CallObserver | None:
@@ -817,9 +837,11 @@ class CodeMode:
         writer = self._audit_writer
         if writer is None:
             return None
+        tenant = current_tenant().name
 
         def observe(record: ToolCallRecord, arguments: dict[str, Any]) -> None:
             writer.put(
+                tenant=tenant,
                 at=time.time(),
                 server=record.server,
                 tool=record.tool,
@@ -934,22 +956,30 @@ class CodeMode:
         self, query: str, language: str | None = None, limit: int = 5, *, client: str = "library"
     ) -> list[dict[str, Any]]:
         """``search_cached_scripts``: each hit as JSON, as ``client`` may see it (its own tokens)."""
-        found = await anyio.to_thread.run_sync(self.scripts.search, query, language, limit)
-        privacy = self.privacy.run(client)
+        found = await anyio.to_thread.run_sync(
+            partial(self.scripts.search, query, language, limit, tenant=current_tenant().name)
+        )
+        privacy = self.privacy.run(client, tenant=current_tenant().name)
         return [privacy.present(r.script.pii_tokens, r.to_json()) for r in found]
 
     async def list_scripts(
         self, language: str | None = None, limit: int = 20, *, client: str = "library"
     ) -> list[dict[str, Any]]:
         """``list_cached_scripts``: each script's summary, as ``client`` may see it."""
-        scripts = await anyio.to_thread.run_sync(self.scripts.list, language, limit)
-        privacy = self.privacy.run(client)
+        scripts = await anyio.to_thread.run_sync(
+            partial(self.scripts.list, language, limit, tenant=current_tenant().name)
+        )
+        privacy = self.privacy.run(client, tenant=current_tenant().name)
         return [privacy.present(s.pii_tokens, s.summary()) for s in scripts]
 
     async def get_script(self, hash: str, *, client: str = "library") -> dict[str, Any] | None:
         """``get_cached_script``: everything about a stored script, as ``client`` may see it."""
-        script = await anyio.to_thread.run_sync(self.scripts.get, hash)
-        return None if script is None else self.privacy.run(client).present(script.pii_tokens, script.to_json())
+        script = await anyio.to_thread.run_sync(partial(self.scripts.get, hash, tenant=current_tenant().name))
+        return (
+            None
+            if script is None
+            else self.privacy.run(client, tenant=current_tenant().name).present(script.pii_tokens, script.to_json())
+        )
 
     @staticmethod
     def _for_client(privacy: RunPrivacy, sealed: bytes | None, result: RunResult) -> RunResult:
@@ -963,7 +993,11 @@ class CodeMode:
 
     def cache_stats(self) -> dict[str, Any]:
         """``get_cache_stats``: the script cache, and the package environments with their size."""
-        return {**self.scripts.stats(), "environments": self.environments.stats(), "savings": self.metrics.savings()}
+        return {
+            **self.scripts.stats(tenant=current_tenant().name),
+            "environments": self.environments.stats(),
+            "savings": self.metrics.savings(),
+        }
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:
         """The whitelist for ``list_allowed_packages``."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..config import CodeModeConfig, Settings, resolve_server
+from ..database import Database
 from ..errors import ConfigError
 from ..privacy.core import Privacy
 from ..privacy.seal import Sealer, load_key
@@ -59,6 +60,17 @@ def secret_values(config: CodeModeConfig) -> list[str]:
             found.extend(value[len(scheme) :].strip() for scheme in _BEARER if lowered.startswith(scheme))
     settings = config.settings
     found.extend(s.get_secret_value() for s in (settings.auth_token, settings.pii_key) if s is not None)
+    if settings.database_url is not None:  # the URL and its password: never in what reaches the model
+        from urllib.parse import urlsplit
+
+        url = settings.database_url.get_secret_value()
+        found.append(url)
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password:
+            found.append(password)
     return found
 
 
@@ -71,14 +83,15 @@ def _is_path(value: str) -> bool:
         return False
 
 
-def persist_vault(privacy: Privacy, path: Path, settings: Settings) -> None:
+def persist_vault(privacy: Privacy, path: Path | Database, settings: Settings) -> None:
     """Keep the vault in the cache database (``CODE_MODE_PII_VAULT=database``): values sealed with
     ``CODE_MODE_PII_KEY``, shared by every process that uses this cache and this key."""
     from ..privacy.store import DatabaseVault
 
     privacy.vault.close()
-    privacy.vault = DatabaseVault(path, privacy.sealer, ttl=settings.pii_ttl, max_values=settings.pii_max_values)
-    logger.info("privacy: the vault is in %s (key %s)", path, privacy.sealer.key_id)
+    vault = DatabaseVault(path, privacy.sealer, ttl=settings.pii_ttl, max_values=settings.pii_max_values)
+    privacy.vault = vault
+    logger.info("privacy: the vault is in %s (key %s)", vault.path, privacy.sealer.key_id)
 
 
 __all__ = ["build_privacy", "persist_vault", "secret_values"]

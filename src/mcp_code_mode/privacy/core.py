@@ -111,8 +111,8 @@ class Privacy:
             builtins, [CustomKind(c.kind, c.regex) for c in config.custom], phone_regions=config.phone_regions
         )
 
-    def run(self, client: str) -> RunPrivacy:
-        return RunPrivacy(self, client)
+    def run(self, client: str, *, tenant: str) -> RunPrivacy:
+        return RunPrivacy(self, client, tenant)
 
     def scrub(self, text: str) -> str:
         """``text`` with its secrets ``[SECRET]`` (what the server says of itself: a downstream server's start-up
@@ -154,6 +154,8 @@ class RunPrivacy:
 
     book: Privacy
     client: str
+    tenant: str
+    """The tenant the run acts for: its vault is that tenant's client's."""
     origins: dict[tuple[str, str], set[str]] = field(default_factory=dict[tuple[str, str], set[str]])
     """(kind, value) → the tokenizing servers whose results carried it in this run."""
     sensitive: set[tuple[str, str]] = field(default_factory=set[tuple[str, str]])
@@ -303,12 +305,12 @@ class RunPrivacy:
     def _give(self, kind: str, value: str, origin: str | None) -> str | None:
         key = (kind, value, origin)
         if key not in self._given:
-            self._given[key] = self.book.vault.token_for(self.client, kind, value, origin)
+            self._given[key] = self.book.vault.token_for(self.client, kind, value, origin, tenant=self.tenant)
         return self._given[key]
 
     def _lookup(self, token: str) -> Entry | None:
         if token not in self._entries:
-            self._entries[token] = self.book.vault.lookup(self.client, token)
+            self._entries[token] = self.book.vault.lookup(self.client, token, tenant=self.tenant)
         return self._entries[token]
 
     def cut(self, text: str) -> str:

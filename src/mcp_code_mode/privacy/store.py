@@ -1,9 +1,10 @@
 """The persisted vault: ``DatabaseVault``, the vault's contract (``privacy.vault``) kept in the cache database.
 
 For the HTTP server's stateless mode and for replicas (``CODE_MODE_PII_VAULT=database``): several processes
-that share the cache file and the key (``CODE_MODE_PII_KEY``) share every client's tokens, and a restart
-keeps them. The tables are ``pii_vault`` and ``pii_counters`` (migration 5), opened by ``ScriptStore``'s own
-code as the audit log is: the same checks, migrations and pragmas, a connection of its own.
+that share the stores' database (the SQLite cache file, or PostgreSQL with ``CODE_MODE_DATABASE_URL``) and the
+key (``CODE_MODE_PII_KEY``) share every client's tokens, and a restart keeps them. The tables are
+``pii_vault`` and ``pii_counters`` (SQLite migrations 5 and 8). Every row belongs to a tenant and every method
+takes it: a client of one tenant never sees the tokens of a client of the same name in another.
 
 What is written, per row of ``pii_vault``:
 
@@ -43,13 +44,13 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from ..cache.store import ScriptStore
+from ..database import Database, Row, Tx, open_database
 from .seal import Sealer
 from .vault import DEFAULT_MAX_VALUES, DEFAULT_TTL, Entry, token_text
 
@@ -60,17 +61,20 @@ REFRESH_SLACK = 1.0
 the expiry it was given: a value seen a thousand times in one run costs one write, not a thousand."""
 
 _INSERT = (
-    "INSERT INTO pii_vault(client, token, kind, number, value_mac, sealed, origins, expires_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "INSERT INTO pii_vault(tenant, client, token, kind, number, value_mac, sealed, origins, expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 _CATCH_UP = (
-    "UPDATE pii_counters SET last = max(last, (SELECT max(number) FROM pii_vault WHERE client = ? AND kind = ?))"
-    " WHERE client = ? AND kind = ?"
+    "UPDATE pii_counters SET last = {greatest}(last, (SELECT max(number) FROM pii_vault"
+    " WHERE tenant = ? AND client = ? AND kind = ?)) WHERE tenant = ? AND client = ? AND kind = ?"
 )
-_ROW = "SELECT kind, value_mac, sealed, origins, expires_at FROM pii_vault WHERE client = ? AND token = ?"
+_ROW = (
+    "SELECT kind, value_mac, sealed, origins, expires_at FROM pii_vault WHERE tenant = ? AND client = ? AND token = ?"
+)
+_BY_VALUE = "SELECT token, origins, expires_at FROM pii_vault WHERE tenant = ? AND client = ? AND value_mac = ?"
 _NEXT = (
-    "INSERT INTO pii_counters(client, kind, last) VALUES (?, ?, 1)"
-    " ON CONFLICT(client, kind) DO UPDATE SET last = last + 1 RETURNING last"
+    "INSERT INTO pii_counters(tenant, client, kind, last) VALUES (?, ?, ?, 1)"
+    " ON CONFLICT(tenant, client, kind) DO UPDATE SET last = pii_counters.last + 1 RETURNING last"
 )
 
 
@@ -97,15 +101,15 @@ class DatabaseVault:
     """The vault in the cache database file at ``path``, values sealed by ``sealer``. Open on construction,
     ``close`` after (it cannot be used again); thread-safe.
 
-    Opening creates, checks and migrates the file with ``ScriptStore.open`` (a file that is not a database, is
-    corrupt or has a newer schema is moved aside and started anew; ``problems`` says so). Raises
-    ``sqlite3.Error`` or ``OSError`` when the file cannot be used at all, ``ValueError`` for a ``ttl`` that is
-    not positive or a ``max_values`` below 1.
+    ``path``: a SQLite file, opened with a connection of its own (a file that is not a database, is corrupt or has
+    a newer schema is moved aside and started anew; ``problems`` says so); or an open ``Database`` (shared, left
+    open). Raises ``sqlite3.Error`` (``database.StoreError`` included) or ``OSError`` when it cannot be used at
+    all, ``ValueError`` for a ``ttl`` that is not positive or a ``max_values`` below 1.
     """
 
     def __init__(
         self,
-        path: Path,
+        path: Path | Database,
         sealer: Sealer,
         ttl: float = DEFAULT_TTL,
         max_values: int = DEFAULT_MAX_VALUES,
@@ -113,17 +117,23 @@ class DatabaseVault:
     ) -> None:
         if ttl <= 0 or max_values < 1:
             raise ValueError("ttl must be positive and max_values at least 1")
-        self.path = path
         self.sealer = sealer
         self.ttl = ttl
         self.max_values = max_values
         self._clock = clock
         self._slack = min(REFRESH_SLACK, ttl / 1000)
-        self._store = ScriptStore(path).open()  # its own connection, opened and migrated by the cache's code
-        self.problems: list[str] = list(self._store.problems)
+        self._owned = isinstance(path, Path)
+        self._db: Database = open_database(path) if isinstance(path, Path) else path
+        self.path = self._db.where
+        self.problems: list[str] = list(self._db.problems)
+        self._catch_up = _CATCH_UP.format(greatest="max" if self._db.dialect == "sqlite" else "GREATEST")
 
     def close(self) -> None:
-        self._store.close()
+        if self._owned:
+            self._db.close()
+
+    def _write(self, body: Any) -> Any:
+        return self._db.write(body, scope="pii")
 
     def __enter__(self) -> DatabaseVault:
         return self
@@ -135,147 +145,144 @@ class DatabaseVault:
 
     # ----- the contract --------------------------------------------------------------------------
 
-    def token_for(self, client: str, kind: str, value: str, origin: str | None = None) -> str | None:
+    def token_for(self, client: str, kind: str, value: str, origin: str | None = None, *, tenant: str) -> str | None:
         """The value's token in this client's vault, given now if it had none (``origin`` is added to its
         origins); its expiry is moved to ``ttl`` from now (``REFRESH_SLACK``). None when the client holds
         ``max_values`` tokens that have not expired (expired ones are dropped first to make room)."""
         owner = self.sealer.mac("client", client)
         value_mac = self.sealer.mac("value", client, kind, value)
         now = self._clock()
-        known = self._read(
-            "SELECT token, origins, expires_at FROM pii_vault WHERE client = ? AND value_mac = ?", (owner, value_mac)
-        )
+        known = self._read(_BY_VALUE, (tenant, owner, value_mac))
         if known is not None and self._fresh(known, now) and (not origin or origin in _origins(known["origins"])):
             fresh: str = known["token"]
             return fresh
         data = _encode(value)
 
-        def body(conn: sqlite3.Connection) -> str | None:
-            token = self._refresh(conn, owner, value_mac, origin, now)
+        def body(tx: Tx) -> str | None:
+            token = self._refresh(tx, tenant, owner, value_mac, origin, now)
             if token is not None:
                 return token
-            held: int = conn.execute("SELECT count(*) FROM pii_vault WHERE client = ?", (owner,)).fetchone()[0]
+            held: int = tx.execute(
+                "SELECT count(*) FROM pii_vault WHERE tenant = ? AND client = ?", (tenant, owner)
+            ).fetchone()[0]
             if held >= self.max_values:
-                held -= conn.execute(
-                    "DELETE FROM pii_vault WHERE client = ? AND expires_at <= ?", (owner, now)
+                held -= tx.execute(
+                    "DELETE FROM pii_vault WHERE tenant = ? AND client = ? AND expires_at <= ?", (tenant, owner, now)
                 ).rowcount
                 if held >= self.max_values:
                     return None
             origins = _origins_text([origin] if origin else [])
             while True:
-                number: int = conn.execute(_NEXT, (owner, kind)).fetchall()[0][0]
+                number: int = tx.execute(_NEXT, (tenant, owner, kind)).fetchall()[0][0]
                 token = token_text(kind, number)
                 sealed = self.sealer.seal(data, owner + _encode(token))
-                row = (owner, token, kind, number, value_mac, sealed, origins, now + self.ttl)
-                if conn.execute(_INSERT, row).rowcount == 1:
+                row = (tenant, owner, token, kind, number, value_mac, sealed, origins, now + self.ttl)
+                if tx.execute(_INSERT, row).rowcount == 1:
                     return token
                 # Not reached while the counters are intact: a row already has this token (its counter was
                 # lowered or deleted by hand). The counter moves past the highest number in use; the next try
                 # gets a free one.
-                conn.execute(_CATCH_UP, (owner, kind, owner, kind))
+                tx.execute(self._catch_up, (tenant, owner, kind, tenant, owner, kind))
                 logger.warning("the vault's counter of a client's %s tokens was behind its rows; moved on", kind)
 
-        given: str | None = self._store._write(body)
+        given: str | None = self._write(body)
         return given
 
-    def lookup(self, client: str, token: str) -> Entry | None:
+    def lookup(self, client: str, token: str, *, tenant: str) -> Entry | None:
         """What this client's token stands for, its expiry moved to ``ttl`` from now (``REFRESH_SLACK``); None
         when it is unknown, expired (the row is dropped), another client's, sealed under another key, or altered."""
         owner = self.sealer.mac("client", client)
         now = self._clock()
-        known = self._read(_ROW, (owner, token))
+        known = self._read(_ROW, (tenant, owner, token))
         if known is None:
             return None
         if self._fresh(known, now):
             return self._entry(client, owner, token, known)
 
-        def body(conn: sqlite3.Connection) -> Entry | None:
-            row = conn.execute(_ROW, (owner, token)).fetchone()
+        def body(tx: Tx) -> Entry | None:
+            row = tx.execute(_ROW, (tenant, owner, token)).fetchone()
             if row is None:
                 return None
             if row["expires_at"] <= now:
-                conn.execute("DELETE FROM pii_vault WHERE client = ? AND token = ?", (owner, token))
+                tx.execute(
+                    "DELETE FROM pii_vault WHERE tenant = ? AND client = ? AND token = ?", (tenant, owner, token)
+                )
                 return None
             entry = self._entry(client, owner, token, row)
             if entry is not None:
-                conn.execute(
-                    "UPDATE pii_vault SET expires_at = ? WHERE client = ? AND token = ?",
-                    (now + self.ttl, owner, token),
+                tx.execute(
+                    "UPDATE pii_vault SET expires_at = ? WHERE tenant = ? AND client = ? AND token = ?",
+                    (now + self.ttl, tenant, owner, token),
                 )
             return entry
 
-        found: Entry | None = self._store._write(body)
+        found: Entry | None = self._write(body)
         return found
 
-    def forget(self, client: str) -> None:
+    def forget(self, client: str, *, tenant: str) -> None:
         """Drop every token and counter of a client (its session ended: its name is not used again)."""
         owner = self.sealer.mac("client", client)
 
-        def body(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM pii_vault WHERE client = ?", (owner,))
-            conn.execute("DELETE FROM pii_counters WHERE client = ?", (owner,))
+        def body(tx: Tx) -> None:
+            tx.execute("DELETE FROM pii_vault WHERE tenant = ? AND client = ?", (tenant, owner))
+            tx.execute("DELETE FROM pii_counters WHERE tenant = ? AND client = ?", (tenant, owner))
 
-        self._store._write(body)
+        self._write(body)
 
     def prune(self) -> int:
-        """Drop every expired token in the file, of every client and key; how many were dropped. The counters
-        stay: no number is given twice."""
+        """The host's sweep: drop every expired token in the database, of every tenant, client and key; how many
+        were dropped. The counters stay: no number is given twice."""
         now = self._clock()
-        dropped: int = self._store._write(
-            lambda conn: conn.execute("DELETE FROM pii_vault WHERE expires_at <= ?", (now,)).rowcount
+        dropped: int = self._write(
+            lambda tx: tx.execute("DELETE FROM pii_vault WHERE expires_at <= ?", (now,)).rowcount
         )
         return dropped
 
-    def size(self, client: str) -> int:
+    def size(self, client: str, *, tenant: str) -> int:
         """How many tokens the client holds, expired ones not dropped yet included (as ``MemoryVault.size``)."""
         owner = self.sealer.mac("client", client)
-        with self._store._lock:
-            held: int = self._store.conn.execute(
-                "SELECT count(*) FROM pii_vault WHERE client = ?", (owner,)
-            ).fetchone()[0]
-        return held
+        held = self._db.read("SELECT count(*) FROM pii_vault WHERE tenant = ? AND client = ?", (tenant, owner))
+        return int(held[0][0])
 
     # ----- rows ----------------------------------------------------------------------------------
 
-    def _read(self, sql: str, args: tuple[object, ...]) -> sqlite3.Row | None:
-        with self._store._lock:
-            row: sqlite3.Row | None = self._store.conn.execute(sql, args).fetchone()
-        return row
+    def _read(self, sql: str, args: tuple[object, ...]) -> Row | None:
+        rows = self._db.read(sql, args)
+        return rows[0] if rows else None
 
-    def _fresh(self, row: sqlite3.Row, now: float) -> bool:
+    def _fresh(self, row: Row, now: float) -> bool:
         """Whether a row's expiry was moved less than ``REFRESH_SLACK`` ago, so that it need not be written."""
         expires: float = row["expires_at"]
         return expires >= now + self.ttl - self._slack
 
     def _refresh(
-        self, conn: sqlite3.Connection, owner: bytes, value_mac: bytes, origin: str | None, now: float
+        self, tx: Tx, tenant: str, owner: bytes, value_mac: bytes, origin: str | None, now: float
     ) -> str | None:
         """The live token of a value, its expiry moved and ``origin`` added; None when it has none (an expired
         one is dropped)."""
-        row = conn.execute(
-            "SELECT token, origins, expires_at FROM pii_vault WHERE client = ? AND value_mac = ?", (owner, value_mac)
-        ).fetchone()
+        row = tx.execute(_BY_VALUE, (tenant, owner, value_mac)).fetchone()
         if row is None:
             return None
         token: str = row["token"]
         if row["expires_at"] <= now:
-            conn.execute("DELETE FROM pii_vault WHERE client = ? AND token = ?", (owner, token))
+            tx.execute("DELETE FROM pii_vault WHERE tenant = ? AND client = ? AND token = ?", (tenant, owner, token))
             return None
         origins = _origins(row["origins"])
         if origin and origin not in origins:
-            conn.execute(
-                "UPDATE pii_vault SET expires_at = ?, origins = ? WHERE client = ? AND token = ?",
-                (now + self.ttl, _origins_text([*origins, origin]), owner, token),
+            tx.execute(
+                "UPDATE pii_vault SET expires_at = ?, origins = ? WHERE tenant = ? AND client = ? AND token = ?",
+                (now + self.ttl, _origins_text([*origins, origin]), tenant, owner, token),
             )
         else:
-            conn.execute(
-                "UPDATE pii_vault SET expires_at = ? WHERE client = ? AND token = ?", (now + self.ttl, owner, token)
+            tx.execute(
+                "UPDATE pii_vault SET expires_at = ? WHERE tenant = ? AND client = ? AND token = ?",
+                (now + self.ttl, tenant, owner, token),
             )
         return token
 
-    def _entry(self, client: str, owner: bytes, token: str, row: sqlite3.Row) -> Entry | None:
+    def _entry(self, client: str, owner: bytes, token: str, row: Row) -> Entry | None:
         """The row's entry, or None when its value does not open here or does not match its MAC."""
-        data = self.sealer.open(row["sealed"], owner + _encode(token))
+        data = self.sealer.open(bytes(row["sealed"]), owner + _encode(token))
         if data is None:
             return None
         kind: str = row["kind"]
@@ -283,7 +290,7 @@ class DatabaseVault:
             value = data.decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
             return None
-        stored = row["value_mac"]
+        stored = bytes(row["value_mac"]) if isinstance(row["value_mac"], bytes | memoryview) else row["value_mac"]
         if not isinstance(stored, bytes) or not hmac.compare_digest(
             self.sealer.mac("value", client, kind, value), stored
         ):

@@ -55,18 +55,19 @@ class Entry:
 
 
 class Vault(Protocol):
-    """Token ↔ value per client. ``client`` is the engine's client name (an MCP session, a token's hash)."""
+    """Token ↔ value per tenant and client. ``client`` is the engine's client name (an MCP session, a token's
+    hash); ``tenant`` the tenant it acts for (``tenants``): two tenants' clients of one name share nothing."""
 
-    def token_for(self, client: str, kind: str, value: str, origin: str | None = None) -> str | None:
+    def token_for(self, client: str, kind: str, value: str, origin: str | None = None, *, tenant: str) -> str | None:
         """The value's token in this client's vault, given now if it had none (``origin`` is added to its
         origins). None when the client's vault is full: the caller writes the kind alone, ``[EMAIL]``."""
         ...
 
-    def lookup(self, client: str, token: str) -> Entry | None:
-        """What this client's token stands for, or None (unknown, expired, another client's)."""
+    def lookup(self, client: str, token: str, *, tenant: str) -> Entry | None:
+        """What this client's token stands for, or None (unknown, expired, another client's or tenant's)."""
         ...
 
-    def forget(self, client: str) -> None:
+    def forget(self, client: str, *, tenant: str) -> None:
         """Drop every token and counter of a client (its session ended: its name is not used again)."""
         ...
 
@@ -99,13 +100,13 @@ class MemoryVault:
         self.ttl = ttl
         self.max_values = max_values
         self._clock = clock
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[tuple[str, str], _Session] = {}
         self._lock = threading.Lock()
 
-    def token_for(self, client: str, kind: str, value: str, origin: str | None = None) -> str | None:
+    def token_for(self, client: str, kind: str, value: str, origin: str | None = None, *, tenant: str) -> str | None:
         now = self._clock()
         with self._lock:
-            session = self._sessions.setdefault(client, _Session())
+            session = self._sessions.setdefault((tenant, client), _Session())
             token = session.by_value.get((kind, value))
             if token is not None and session.expires[token] <= now:
                 self._drop(session, token)
@@ -125,10 +126,10 @@ class MemoryVault:
             session.expires[token] = now + self.ttl
             return token
 
-    def lookup(self, client: str, token: str) -> Entry | None:
+    def lookup(self, client: str, token: str, *, tenant: str) -> Entry | None:
         now = self._clock()
         with self._lock:
-            session = self._sessions.get(client)
+            session = self._sessions.get((tenant, client))
             if session is None or token not in session.by_token:
                 return None
             if session.expires[token] <= now:
@@ -137,9 +138,9 @@ class MemoryVault:
             session.expires[token] = now + self.ttl
             return session.by_token[token]
 
-    def forget(self, client: str) -> None:
+    def forget(self, client: str, *, tenant: str) -> None:
         with self._lock:
-            self._sessions.pop(client, None)
+            self._sessions.pop((tenant, client), None)
 
     def prune(self) -> int:
         now = self._clock()
@@ -153,9 +154,9 @@ class MemoryVault:
         with self._lock:
             self._sessions.clear()
 
-    def size(self, client: str) -> int:
+    def size(self, client: str, *, tenant: str) -> int:
         with self._lock:
-            session = self._sessions.get(client)
+            session = self._sessions.get((tenant, client))
             return len(session.by_token) if session else 0
 
     def _expire(self, session: _Session, now: float) -> int:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..runners import StubBundle
+from ..tenants import current_tenant
 from .model import SkillError, SkillVersion, render_python, render_typescript
 from .store import SkillStore
 
@@ -30,14 +31,18 @@ class SkillBook:
         self.store = store
         self.schema_hash = schema_hash
         self.refuse_stale = refuse_stale
-        self._cached: tuple[tuple[int, int], list[SkillVersion]] | None = None
-        self._extended: dict[str, tuple[tuple[int, int, int], StubBundle]] = {}
+        self._cached: dict[str, tuple[tuple[int, int], list[SkillVersion]]] = {}
+        self._extended: dict[tuple[str, str], tuple[tuple[int, int, int], StubBundle]] = {}
 
     def _latest(self) -> list[SkillVersion]:
+        """The current tenant's skills (``tenants.current_tenant``: the book is the engine's view; the store is
+        told the tenant explicitly)."""
+        tenant = current_tenant().name
         mark = (self.store.generation, self.store.data_version())
-        if self._cached is None or self._cached[0] != mark:
-            self._cached = (mark, self.store.latest())
-        return self._cached[1]
+        cached = self._cached.get(tenant)
+        if cached is None or cached[0] != mark:
+            cached = self._cached[tenant] = (mark, self.store.latest(tenant=tenant))
+        return cached[1]
 
     def exists(self) -> bool:
         """Whether any skill is saved (cheap: the store's generation and data version, then the cached list)."""
@@ -100,12 +105,13 @@ class SkillBook:
         ``skills`` namespace (``deno check`` sees it). The Python source is left alone: a zygote compiles it,
         and a skill's code never runs there."""
         mark = (bundle.version, self.store.generation, self.store.data_version())
-        kept = self._extended.get(family)
+        key = (current_tenant().name, family)
+        kept = self._extended.get(key)
         if kept is None or kept[0] != mark:
             specs = self.run_specs(family)
             source = bundle.source if family == "python" else bundle.source + self.declarations(family)
             kept = (mark, replace(bundle, source=source, skills=specs) if specs else bundle)
-            self._extended[family] = kept
+            self._extended[key] = kept
         return kept[1]
 
     # ----- what the model sees ----------------------------------------------------------------------

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..tenants import current_tenant
 from ..validate import code_size
 from .model import (
     MAX_DESCRIPTION_CHARS,
@@ -71,7 +73,7 @@ async def save_skill(
         raise SkillError("save_skill takes code (new code) or fromHash (a cached script that succeeded), one of them")
     tools: tuple[ToolRef, ...] | None = None
     if from_hash is not None:
-        script = await anyio.to_thread.run_sync(cm.scripts.get, from_hash)
+        script = await anyio.to_thread.run_sync(partial(cm.scripts.get, from_hash, tenant=current_tenant().name))
         if script is None:
             raise SkillError(
                 f"no cached script {from_hash!r}: only runs that succeeded are kept (a failed run, or one run with "
@@ -127,4 +129,4 @@ async def save_skill(
         author=client,
         source_hash=from_hash,
     )
-    return await anyio.to_thread.run_sync(book.store.save, skill)
+    return await anyio.to_thread.run_sync(partial(book.store.save, skill, tenant=current_tenant().name))

@@ -1,41 +1,47 @@
-"""``SkillStore``: the skills' versions in the cache database (migration 6 of ``cache/schema.py``)."""
+"""``SkillStore``: the skills' versions in the stores' database (SQLite migrations 6 and 8; PostgreSQL's 1).
+
+Every version belongs to a tenant; a skill's name and version are unique per tenant, and every method reads or
+changes one tenant's skills only."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from ..cache.store import ScriptStore
+from ..database import Database, Row, Tx, open_database
 from .model import SkillVersion, ToolRef, to_json
 
 _COLUMNS = "name, version, language, description, code, parameters, tools, author, source_hash, created_at"
 
 
 class SkillStore:
-    """Thread-safe; opened (and migrated) on construction with the cache's own code, ``close`` after."""
+    """Thread-safe. ``target``: a SQLite file (opened and migrated here, closed by ``close``) or an open
+    ``Database`` (shared, left open)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._store = ScriptStore(path).open()
+    def __init__(self, target: Path | Database) -> None:
+        self._owned = isinstance(target, Path)
+        self._db: Database = open_database(target) if isinstance(target, Path) else target
+        self.path = self._db.where
         self.generation = 0
         """Counts this process's changes (a listing cached by it knows when to read again)."""
 
     def close(self) -> None:
-        self._store.close()
+        if self._owned:
+            self._db.close()
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._store._lock:  # pyright: ignore[reportPrivateUsage]
-            return self._store.conn.execute(sql, args).fetchall()
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]:
+        return self._db.read(sql, args)
 
-    def save(self, skill: SkillVersion) -> SkillVersion:
-        """Add ``skill`` as the next version of its name; the version as stored."""
+    def save(self, skill: SkillVersion, *, tenant: str) -> SkillVersion:
+        """Add ``skill`` as the next version of its name (of this tenant); the version as stored."""
         saved: list[SkillVersion] = []
 
-        def write(conn: sqlite3.Connection) -> None:
-            row = conn.execute("SELECT MAX(version) FROM skills WHERE name = ?", (skill.name,)).fetchone()
+        def write(tx: Tx) -> None:
+            row = tx.execute(
+                "SELECT MAX(version) FROM skills WHERE tenant = ? AND name = ?", (tenant, skill.name)
+            ).fetchone()
             version = (row[0] or 0) + 1
             stored = SkillVersion(
                 name=skill.name,
@@ -49,9 +55,10 @@ class SkillStore:
                 created_at=time.time(),
                 source_hash=skill.source_hash,
             )
-            conn.execute(
-                f"INSERT INTO skills({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            tx.execute(
+                f"INSERT INTO skills(tenant, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
+                    tenant,
                     stored.name,
                     stored.version,
                     stored.language,
@@ -64,42 +71,47 @@ class SkillStore:
                     stored.created_at,
                 ),
             )
+            self._db.note_change(tx, "skills")
             saved.append(stored)
 
-        self._store._write(write)  # pyright: ignore[reportPrivateUsage]
+        self._db.write(write, scope="skills")
         self.generation += 1
         return saved[0]
 
-    def latest(self) -> list[SkillVersion]:
-        """The latest version of every skill, by name."""
+    def latest(self, *, tenant: str) -> list[SkillVersion]:
+        """The latest version of every skill of the tenant, by name."""
         rows = self._read(
-            f"SELECT {_COLUMNS} FROM skills s WHERE version = (SELECT MAX(version) FROM skills WHERE name = s.name) "
-            "ORDER BY name"
+            f"SELECT {_COLUMNS} FROM skills s WHERE tenant = ? AND version = (SELECT MAX(version) FROM skills"
+            " WHERE tenant = s.tenant AND name = s.name) ORDER BY name",
+            (tenant,),
         )
         return [_skill(r) for r in rows]
 
-    def versions(self, name: str) -> list[SkillVersion]:
+    def versions(self, name: str, *, tenant: str) -> list[SkillVersion]:
         """Every version of ``name``, newest first."""
-        rows = self._read(f"SELECT {_COLUMNS} FROM skills WHERE name = ? ORDER BY version DESC", (name,))
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM skills WHERE tenant = ? AND name = ? ORDER BY version DESC", (tenant, name)
+        )
         return [_skill(r) for r in rows]
 
-    def delete(self, name: str) -> int:
-        """Remove every version of ``name``; how many there were."""
-        counts: list[int] = []
+    def delete(self, name: str, *, tenant: str) -> int:
+        """Remove every version of ``name`` (of this tenant); how many there were."""
 
-        def write(conn: sqlite3.Connection) -> None:
-            counts.append(conn.execute("DELETE FROM skills WHERE name = ?", (name,)).rowcount)
+        def write(tx: Tx) -> int:
+            count = tx.execute("DELETE FROM skills WHERE tenant = ? AND name = ?", (tenant, name)).rowcount
+            self._db.note_change(tx, "skills")
+            return count
 
-        self._store._write(write)  # pyright: ignore[reportPrivateUsage]
+        removed = self._db.write(write, scope="skills")
         self.generation += 1
-        return counts[0]
+        return removed
 
     def data_version(self) -> int:
-        """Changes by other connections show here (another server process on the same file)."""
-        return int(self._read("PRAGMA data_version")[0][0])
+        """Changes by other connections show here (another server process on the same file, another replica)."""
+        return self._db.changes("skills")
 
 
-def _skill(row: sqlite3.Row) -> SkillVersion:
+def _skill(row: Row) -> SkillVersion:
     tools = json.loads(row["tools"] or "[]")
     return SkillVersion(
         name=row["name"],
