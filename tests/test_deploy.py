@@ -35,11 +35,6 @@ IMAGE_SERVERS = ROOT / "deploy" / "docker" / "mcp_servers.json"
 K8S = ROOT / "deploy" / "k8s"
 FILES = [DOCKERFILE, COMPOSE, *NGINX_PARTS, ENTRYPOINT, *sorted(K8S.glob("*.yaml")), K8S / "README.md"]
 
-PENDING = {
-    "CODE_MODE_DATABASE_URL": "the store branch (PostgreSQL)",
-}
-"""Settings the deployment sets that other branches add; each must leave this list when its branch lands."""
-
 PORT = 8000
 SERVE = ["serve", "--http", "--stateless", "--host", "0.0.0.0", "--port", str(PORT)]
 
@@ -113,7 +108,7 @@ def http_routes() -> set[str]:
 
 def is_known(name: str) -> bool:
     setting = name.removeprefix(ENV_PREFIX).lower()
-    if setting in Settings.model_fields or setting in config_module._NON_SETTINGS or name in PENDING:
+    if setting in Settings.model_fields or setting in config_module._NON_SETTINGS:
         return True
     base = name.removesuffix("_FILE")  # the entrypoint reads CODE_MODE_<NAME>_FILE into CODE_MODE_<NAME>
     return base != name and is_known(base)
@@ -132,13 +127,8 @@ def test_every_code_mode_variable_the_deployment_names_is_a_setting() -> None:
     assert not unknown, f"not a setting (config.Settings) nor pending: {sorted(unknown)}"
 
 
-def test_the_pending_settings_are_not_settings_yet() -> None:
-    landed = [name for name in PENDING if name.removeprefix(ENV_PREFIX).lower() in Settings.model_fields]
-    assert not landed, f"{landed} are settings now: take them out of PENDING in this test"
-
-
 def settings_values(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(ENV_PREFIX) and k not in PENDING and not k.endswith("_FILE")}
+    return {k: v for k, v in env.items() if k.startswith(ENV_PREFIX) and not k.endswith("_FILE")}
 
 
 def test_the_settings_compose_and_kubernetes_give_are_valid_values() -> None:

@@ -8,7 +8,6 @@ the refusal itself, not only that nothing leaked.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -24,21 +23,12 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from mcp_code_mode.cache import ScriptCache
-
 from ..conftest import FIXTURE_SERVER, ServerProcess, free_port, http_client
 
 pytestmark = pytest.mark.anyio
 
 TOKENS = {"acme": "acme-token-0123456789abcdef", "beta": "beta-token-0123456789abcdef", "gamma": "gamma-token-01234567"}
 MINIMAL_ENV = ("HOME", "PATH", "USER", "SHELL", "TERM")
-STORE_SCOPED = "tenant" in inspect.signature(ScriptCache.get).parameters
-awaits_store = pytest.mark.xfail(
-    not STORE_SCOPED,
-    reason="the stores' tenant column (branch store: every store method takes tenant=) is not merged yet",
-    strict=True,
-)
-"""Tests of what the stores keep: they fail until every store is scoped by tenant, and run as usual after."""
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +165,6 @@ def test_metrics_answer_any_tenants_token_and_nothing_else(server: ServerProcess
 # ----- stored things (the store's tenant column: see the report of issue 24, point 2) -------------------------
 
 
-@awaits_store
 async def test_another_tenants_cached_run_is_never_replayed(server: ServerProcess) -> None:
     code = "print('replay-me', 6 * 7)"
     first = await run(server, "acme", code, cache="auto")
@@ -186,7 +175,6 @@ async def test_another_tenants_cached_run_is_never_replayed(server: ServerProces
     assert theirs["success"] and not theirs["cached"], "beta got acme's stored run"
 
 
-@awaits_store
 async def test_search_list_and_get_cached_script_show_a_tenant_only_its_own_scripts(server: ServerProcess) -> None:
     mine = await run(server, "acme", "print('zebracorn acme only')", cache="auto", description="zebracorn counter")
     assert mine["success"]
@@ -200,7 +188,6 @@ async def test_search_list_and_get_cached_script_show_a_tenant_only_its_own_scri
     assert not (await call(server, "acme", "get_cached_script", hash=mine["hash"])).is_error
 
 
-@awaits_store
 async def test_another_tenants_skill_cannot_be_listed_read_deleted_or_called(server: ServerProcess) -> None:
     saved = await call(
         server,
@@ -231,7 +218,6 @@ async def test_another_tenants_skill_cannot_be_listed_read_deleted_or_called(ser
     assert still["success"] and still["returnValue"] == 7, "beta deleted or changed acme's skill"
 
 
-@awaits_store
 async def test_the_audit_log_shows_a_tenant_only_its_own_calls(server: ServerProcess) -> None:
     mine = await run(server, "acme", "fixture.add(a=40, b=2)", cache="off", description="audited")
     assert mine["success"]
