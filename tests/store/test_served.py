@@ -76,3 +76,39 @@ def test_an_unreachable_database_stops_the_start_naming_its_host_not_its_passwor
     assert done.returncode != 0
     assert "PostgreSQL at 127.0.0.1:1/codemode cannot be reached" in done.stderr, done.stderr[-2000:]
     assert "hunter2" not in done.stderr + done.stdout
+
+
+async def test_an_open_sessions_place_is_in_the_shared_database_until_it_closes(tmp_path: Path, pg_server: str) -> None:
+    # Another replica reading the shared database can tell where a session lives, and that it is gone once closed.
+    from mcp_code_mode.cache.sessions import SessionPlaces
+
+    url = fresh_database(pg_server)
+    home = tmp_path / "home"
+    home.mkdir()
+    config = write_config(home / "mcp_servers.json", {})
+    env = desktop_env(home, url) | {"CODE_MODE_REPLICA_ID": "r7"}
+    params = StdioServerParameters(command=SERVER, args=["serve", "--config", str(config)], env=env, cwd="/")
+    db = open_database(url)
+    places = SessionPlaces(db)
+    try:
+        with anyio.fail_after(300):
+            async with Client(params, mode="legacy") as client:
+                opened = await client.call_tool(
+                    "execute_code", {"language": "python", "code": "x = 1", "session": "new", "cache": "off"}
+                )
+                assert opened.structured_content is not None and opened.structured_content["success"], opened
+                session = opened.structured_content["sessionId"]
+                place = places.where(session, tenant="default")
+                assert place is not None and place.replica == "r7", place
+                assert places.where(session, tenant="other") is None  # another tenant's lookup finds nothing
+                first_use = place.last_used_at
+                await client.call_tool("execute_code", {"language": "python", "code": "x", "session": session})
+                used = places.where(session, tenant="default")
+                assert used is not None and used.last_used_at >= first_use
+                closed = await client.call_tool("close_session", {"sessionId": session})
+                assert not closed.is_error
+                with anyio.fail_after(10):
+                    while places.where(session, tenant="default") is not None:
+                        await anyio.sleep(0.05)
+    finally:
+        db.close()

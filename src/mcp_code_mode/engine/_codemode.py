@@ -35,6 +35,7 @@ from ..bridge.outcome import Savings
 from ..cache import ScriptCache, ToolUse
 from ..cache.audit import AuditLog, AuditWriter
 from ..cache.embed import make_embedder
+from ..cache.sessions import SessionPlaces
 from ..config import CodeModeConfig, Settings
 from ..database import Database, open_database
 from ..discovery import ToolSearch
@@ -183,6 +184,7 @@ class CodeMode:
         await anyio.to_thread.run_sync(self._open_audit)
         await anyio.to_thread.run_sync(self._open_skills)
         await anyio.to_thread.run_sync(self._open_artifacts)
+        await anyio.to_thread.run_sync(self._open_session_places)
         if self.settings.pii_vault == "database":
             await anyio.to_thread.run_sync(persist_vault, self.privacy, self._stores_at, self.settings)
         stack = contextlib.AsyncExitStack()
@@ -282,6 +284,9 @@ class CodeMode:
         self.privacy.vault.close()
         if self.skills is not None:
             self.skills.store.close()
+        if self.sessions.places is not None:
+            self.sessions.places.close()
+            self.sessions.places = None
         if self.database is not None:
             self.database.close()
 
@@ -336,6 +341,12 @@ class CodeMode:
         except (OSError, sqlite3.Error) as exc:
             logger.warning("artifacts are off: %s cannot be used: %s", self.scripts.path, exc)
             self.artifacts = None
+
+    def _open_session_places(self) -> None:
+        try:
+            self.sessions.places = SessionPlaces(self._stores_at)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("sessions' metadata is not recorded: %s cannot be used: %s", self.scripts.path, exc)
 
     def _schema_hash(self, server: str, tool: str) -> str | None:
         info = self.pool.find(server, tool)
@@ -657,6 +668,7 @@ class CodeMode:
                     self.sessions.ended(held)
             if held is not None:
                 held.runs += 1
+                await self.sessions.used(held)
                 result.session_id = held.id
                 if held.handle.ended is not None and result.error is not None:
                     result.error.message += f" (the session has ended: {held.handle.ended})"

@@ -11,21 +11,35 @@ A session runs one run at a time: a second call while one runs is refused (``Ses
 queued behind a run whose length nobody knows. A session closes when its client closes it, when it has been
 idle for ``idle_s`` (the sweeper), when a run of it times out or its worker dies (the runner ends it; its next
 call says why, from a small tombstone per client that lasts ``idle_s`` too), and when the engine closes.
+
+With ``places`` (``cache.sessions.SessionPlaces``, in the shared database), each open session's metadata is
+recorded there too (tenant, client, replica, opened, last used), deleted when it closes, and the sweeper
+removes rows nobody used for longer than a session may idle (a replica that died without closing its own).
+Those writes are the host's bookkeeping: a failing one is logged, never a run's error.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import UnsupportedError
 from ..runners import RunnerSession
+from ..tenants import current_tenant
+
+if TYPE_CHECKING:
+    from ..cache.sessions import SessionPlaces
+
+logger = logging.getLogger(__name__)
 
 MAX_TOMBSTONES = 16
 """Ended sessions a client is told about (why they ended) before the oldest is forgotten."""
@@ -33,6 +47,8 @@ IDLE = "idle"
 """The tombstone of a session the sweeper closed: its owner is told it idled out, as an unknown session."""
 SWEEP_EVERY = 5.0
 """Longest pause between two sweeps for idle sessions (shorter when ``idle_s`` is)."""
+STALE_MARGIN_S = 60.0
+"""How much longer than ``idle_s`` a recorded session may go unused before any replica's sweeper removes its row."""
 
 
 @dataclass
@@ -50,6 +66,8 @@ class Session:
     """The packages its first run asked for: a later call that names none gets them."""
     network: Any = None
     """Its first run's ``allowNetworking``: a later call that says nothing gets it."""
+    tenant: str = "default"
+    """The tenant it was opened for (its row in ``SessionPlaces``)."""
 
     def describe(self) -> dict[str, Any]:
         """What ``list_sessions`` shows of it."""
@@ -78,6 +96,11 @@ class SessionBook:
         """client → session id → (why it ended, when the tombstone expires)."""
         self._reserved = 0
         self._wake = anyio.Event()
+        self.places: SessionPlaces | None = None
+        """Where the sessions' metadata is recorded (the engine sets it once the database is open)."""
+        self._pruned_at = 0.0
+        self._unrecorded: list[tuple[str, str]] = []
+        """(session id, tenant) of sessions that closed and whose rows the sweeper has still to delete."""
 
     @property
     def open_count(self) -> int:
@@ -99,9 +122,24 @@ class SessionBook:
             self._reserved -= 1
         token = secrets.token_urlsafe(18)
         session = Session(f"{self.replica}~{token}" if self.replica else token, client, runner, language, handle)
+        session.tenant = current_tenant().name
         self._open[session.id] = session
         self._wake.set()
+        if self.places is not None:
+            opened = partial(self.places.opened, tenant=session.tenant, client=client, replica=self.replica or "")
+            await self._record(partial(opened, session.id))
         return session
+
+    async def used(self, session: Session) -> None:
+        """After a run of ``session``: its row's last use (so that no replica's sweeper takes it for a dead one's)."""
+        if self.places is not None and session.id in self._open:
+            await self._record(partial(self.places.touched, session.id, tenant=session.tenant))
+
+    async def _record(self, write: Callable[[], object]) -> None:
+        try:
+            await anyio.to_thread.run_sync(write)
+        except (sqlite3.Error, OSError):
+            logger.warning("recording a session's metadata failed", exc_info=True)
 
     def room(self, client: str) -> None:
         """``UnsupportedError`` naming the cap when ``client`` may not open another session now."""
@@ -160,7 +198,9 @@ class SessionBook:
             self._bury(session, session.handle.ended)
 
     def _bury(self, session: Session, reason: str, *, tombstone: bool = True) -> None:
-        self._open.pop(session.id, None)
+        if self._open.pop(session.id, None) is not None and self.places is not None:
+            self._unrecorded.append((session.id, session.tenant))
+            self._wake.set()
         if not tombstone:
             return
         tombs = self._ended.setdefault(session.client, OrderedDict())
@@ -172,14 +212,28 @@ class SessionBook:
         for session in [s for s in self._open.values() if s.handle.ended is not None]:
             self._bury(session, session.handle.ended or "it ended")
 
+    async def _flush(self) -> None:
+        """Delete the rows of sessions that closed; on a sweep, also the rows no replica has used for long."""
+        places = self.places
+        if places is None:
+            return
+        while self._unrecorded:
+            session_id, tenant = self._unrecorded.pop()
+            await self._record(partial(places.closed, session_id, tenant=tenant))
+        if time.monotonic() >= self._pruned_at + SWEEP_EVERY:
+            self._pruned_at = time.monotonic()
+            await self._record(partial(places.prune_idle, self.idle_s + STALE_MARGIN_S))
+
     async def sweep(self) -> None:
         """Forever: close sessions idle longer than ``idle_s``, and forget expired tombstones."""
+        self._pruned_at = time.monotonic()
         while True:
             now = time.monotonic()
             idle = [s for s in self._open.values() if not s.busy and now - s.used >= self.idle_s]
             for session in idle:
                 self._bury(session, IDLE)
                 await session.handle.aclose()
+            await self._flush()
             for client, tombs in list(self._ended.items()):
                 for key in [k for k, (_, expires) in tombs.items() if expires <= now]:
                     del tombs[key]
@@ -199,6 +253,7 @@ class SessionBook:
             for session in list(self._open.values()):
                 self._bury(session, "the server closed", tombstone=False)
                 await session.handle.aclose()
+            await self._flush()
 
     def __len__(self) -> int:
         return len(self._open)
