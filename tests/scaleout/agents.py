@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import anyio
 import httpx2
@@ -178,8 +178,26 @@ def stored_runs(store: Path | str, nonces: Sequence[str]) -> dict[str, list[tupl
     return found
 
 
-def store_integrity(db: Path) -> dict[str, Any]:
-    """``PRAGMA integrity_check``, and whether every script has its full-text row (none half-stored)."""
+def store_integrity(db: Path | str) -> dict[str, Any]:
+    """Whether the store is whole (SQLite: ``PRAGMA integrity_check``; PostgreSQL: no vector without its script)
+    and every script has its full-text entry (none half-stored)."""
+    if isinstance(db, str):
+        import psycopg  # pyright: ignore[reportMissingImports]
+
+        with psycopg.connect(db) as pg:  # pyright: ignore[reportUnknownVariableType]
+
+            def one(sql: LiteralString) -> int:
+                row = pg.execute(sql).fetchone()  # pyright: ignore[reportUnknownVariableType, reportUnknownMemberType]
+                assert row is not None
+                return int(row[0])  # pyright: ignore[reportUnknownArgumentType]
+
+            orphans = one("SELECT count(*) FROM vectors WHERE script_id NOT IN (SELECT id FROM scripts)")
+            return {
+                "integrity": "ok" if orphans == 0 else f"{orphans} vectors without their script",
+                "scripts": one("SELECT count(*) FROM scripts"),
+                "indexed": one("SELECT count(*) FROM scripts WHERE search IS NOT NULL AND search <> ''::tsvector"),
+                "audit_without_run": one("SELECT count(*) FROM audit WHERE run_hash IS NULL"),
+            }
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         check = conn.execute("PRAGMA integrity_check").fetchone()[0]

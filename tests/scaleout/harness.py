@@ -24,7 +24,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,9 +297,20 @@ def start_database(database: Database, base: Path) -> tuple[str | None, contextl
     stack = contextlib.ExitStack()
     if database == "sqlite":
         return None, stack
-    import pgserver  # pyright: ignore[reportMissingImports]  # a dev dependency, for the PostgreSQL variant
+    # Its data directory is not under pytest's temporary root: that one is private to the user, and PostgreSQL run
+    # as root drops to a user of its own (tests/store/conftest.py does the same).
+    data = Path(
+        tempfile.mkdtemp(
+            prefix="mcp-code-mode-pg-",
+        )
+    )
+    data.chmod(0o755)
+    stack.callback(shutil.rmtree, data, ignore_errors=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        import pgserver  # pyright: ignore[reportMissingImports]  # a dev dependency, for the PostgreSQL variant
 
-    server = pgserver.get_server(str(base / "pg"), cleanup_mode="stop")  # pyright: ignore[reportPrivateImportUsage]
+        server = pgserver.get_server(str(data / "data"), cleanup_mode="stop")  # pyright: ignore[reportPrivateImportUsage]
     stack.callback(server.cleanup)
     return str(server.get_uri()), stack
 

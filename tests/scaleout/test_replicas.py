@@ -1,4 +1,4 @@
-"""Three real replicas behind a real nginx (the repo's configuration), one shared store: sessions keep their
+"""Three real replicas behind a real nginx (the repo's configuration), one shared PostgreSQL: sessions keep their
 replica while other traffic is balanced; a replica SIGKILLed mid-run loses only its own runs, none stored twice or
 half, leaves no process or directory behind once it restarts, and the others keep serving.
 """
@@ -32,7 +32,10 @@ SLOW_RUN = "import time\ntime.sleep(0.3)\n"
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with cluster(3, tmp_path_factory.mktemp("replicas"), stateless=False, settings=SETTINGS) as running:
+    # One PostgreSQL (pgserver) shared by the three, as replicas on several hosts would share it.
+    with cluster(
+        3, tmp_path_factory.mktemp("replicas"), stateless=False, settings=SETTINGS, database="postgresql"
+    ) as running:
         yield running
 
 
@@ -150,10 +153,10 @@ async def test_a_replica_killed_mid_run_loses_only_its_runs_and_leaves_nothing_o
     # Every acknowledged run is stored exactly once; the store is whole.
     acknowledged = agents.acknowledged()
     assert len(acknowledged) >= AGENTS
-    stored = stored_runs(three.store_file, [op.nonce for op in acknowledged if op.nonce])
+    stored = stored_runs(three.store, [op.nonce for op in acknowledged if op.nonce])
     assert all(len(rows) == 1 and rows[0][1] == 1 for rows in stored.values()), stored
     assert {op.hash for op in acknowledged} == {rows[0][0] for rows in stored.values()}
-    integrity = store_integrity(three.store_file)
+    integrity = store_integrity(three.store)
     assert integrity["integrity"] == "ok" and integrity["scripts"] == integrity["indexed"], integrity
     # The survivors kept serving; the victim, restarted, sweeps what it left and serves again.
     again = three.restart(victims[0])
