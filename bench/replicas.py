@@ -233,7 +233,7 @@ async def kill_scenario(args: Any, section: Section, base: Path, database: Datab
         stored = stored_runs(store, [op.nonce for op in [*acknowledged, *failed_runs] if op.nonce])
         once = sum(1 for op in acknowledged if op.nonce and [c for _, c in stored[op.nonce]] == [1])
         orphans = sum(1 for op in failed_runs if op.nonce and stored[op.nonce])
-        integrity = store_integrity(store) if isinstance(store, Path) else {"integrity": "n/a (PostgreSQL)"}
+        integrity = store_integrity(store)
         after = [op for op in agents.ops if op.started > killed_at]
         after_ok = [op for op in after if op.ok]
         clear = [op for op in failed if op.error and any(g in op.error for g in GONE)]
