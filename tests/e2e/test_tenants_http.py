@@ -175,6 +175,16 @@ async def test_another_tenants_cached_run_is_never_replayed(server: ServerProces
     assert theirs["success"] and not theirs["cached"], "beta got acme's stored run"
 
 
+async def test_get_cache_stats_counts_a_tenants_own_hits_and_savings_only(server: ServerProcess) -> None:
+    before = {t: structured(await call(server, t, "get_cache_stats")) for t in ("acme", "beta")}
+    ran = await run(server, "acme", "for i in range(3):\n    fixture.echo(text=str(i))", cache="off")
+    assert ran["success"] and ran["toolCalls"] == 3, ran
+    after = {t: structured(await call(server, t, "get_cache_stats")) for t in ("acme", "beta")}
+    assert after["acme"]["savings"]["roundTrips"] == before["acme"]["savings"]["roundTrips"] + 3
+    assert after["beta"]["savings"] == before["beta"]["savings"], "beta is shown acme's savings"
+    assert after["beta"]["hits"] == before["beta"]["hits"] and after["beta"]["scripts"] == before["beta"]["scripts"]
+
+
 async def test_search_list_and_get_cached_script_show_a_tenant_only_its_own_scripts(server: ServerProcess) -> None:
     mine = await run(server, "acme", "print('zebracorn acme only')", cache="auto", description="zebracorn counter")
     assert mine["success"]

@@ -50,8 +50,13 @@ def test_savings_add_up_since_start() -> None:
         runner="local", success=True, cached=False, seconds=0.1, error_type=None, round_trips=3, tokens=40
     )
     metrics.run_ended(runner="local", success=True, cached=True, seconds=0.0, error_type=None)
+    metrics.run_ended(
+        runner="local", success=True, cached=False, seconds=0.1, error_type=None, round_trips=2, tokens=5, tenant="b"
+    )
     assert metrics.savings() == {"roundTrips": 3, "tokens": 40, "since": "start"}
+    assert metrics.savings("b") == {"roundTrips": 2, "tokens": 5, "since": "start"}  # each tenant its own
+    assert metrics.savings("c") == {"roundTrips": 0, "tokens": 0, "since": "start"}
     text = metrics.render()
-    assert "codemode_savings_round_trips_total 3" in text
-    assert "codemode_savings_tokens_total 40" in text
+    assert "codemode_savings_round_trips_total 5" in text  # the operator's view: every tenant's
+    assert "codemode_savings_tokens_total 45" in text
     assert 'codemode_cache_lookups_total{result="hit"} 1' in text

@@ -1008,7 +1008,7 @@ class CodeMode:
         return {
             **self.scripts.stats(tenant=current_tenant().name),
             "environments": self.environments.stats(),
-            "savings": self.metrics.savings(),
+            "savings": self.metrics.savings(current_tenant().name),
         }
 
     def allowed_packages(self, language: str = "all") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 from ..bridge import RunResult
 from ..errors import CodeModeError
 from ..observability.runs import error_label
+from ..tenants import current_tenant
 
 if TYPE_CHECKING:
     from ._codemode import CodeMode
@@ -44,6 +45,7 @@ def counted(
                 error_type=result.error.type if result.error is not None else None,
                 round_trips=result.savings.round_trips,
                 tokens=result.savings.tokens,
+                tenant=current_tenant().name,
             )
             if self.tracing.on:
                 span.set_attributes(span_facts(result))

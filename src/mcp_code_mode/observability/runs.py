@@ -82,8 +82,8 @@ class RunMetrics:
                 "o200k tokens of tool results that stayed in the sandbox (see savings in the README).",
             )
         )
-        self.saved_round_trips = 0
-        self.saved_tokens = 0
+        self._saved: dict[str, list[int]] = {}
+        """Tenant → [round trips, tokens] saved since start (``get_cache_stats`` shows a tenant its own)."""
 
     def gauge(
         self, name: str, help: str, labels: Sequence[str], read: Callable[[], Iterable[tuple[Labels, float]]]
@@ -100,20 +100,23 @@ class RunMetrics:
         error_type: str | None,
         round_trips: int = 0,
         tokens: int = 0,
+        tenant: str = "default",
     ) -> None:
-        """One answered ``execute`` (its tool calls are counted by ``calls_ended``)."""
+        """One answered ``execute`` (its tool calls are counted by ``calls_ended``), run for ``tenant``."""
         with self.registry.lock:
             self.runs.inc(runner, _flag(success), _flag(cached))
             self.duration.observe(seconds, runner)
             self.cache.inc("hit" if cached else "miss")
             if error_type is not None:
                 self.errors.inc(error_label(error_type), "run")
+            if round_trips or tokens:
+                saved = self._saved.setdefault(tenant, [0, 0])
+                saved[0] += round_trips
+                saved[1] += tokens
             if round_trips:
                 self.round_trips.inc(amount=round_trips)
-                self.saved_round_trips += round_trips
             if tokens:
                 self.tokens.inc(amount=tokens)
-                self.saved_tokens += tokens
 
     def calls_ended(self, calls: Iterable[tuple[str, str, bool]]) -> None:
         """A run's tool calls as ``(server, decision, ok)``, the server a configured name or ``unknown``."""
@@ -126,9 +129,12 @@ class RunMetrics:
         with self.registry.lock:
             self.errors.inc(type(error).__name__, "refused")
 
-    def savings(self) -> dict[str, Any]:
-        """For ``get_cache_stats``: the savings summed since the server started."""
-        return {"roundTrips": self.saved_round_trips, "tokens": self.saved_tokens, "since": "start"}
+    def savings(self, tenant: str = "default") -> dict[str, Any]:
+        """For ``get_cache_stats``: ``tenant``'s savings summed since the server started (``/metrics`` has every
+        tenant's together)."""
+        with self.registry.lock:
+            round_trips, tokens = self._saved.get(tenant, (0, 0))
+        return {"roundTrips": round_trips, "tokens": tokens, "since": "start"}
 
     def render(self) -> str:
         return self.registry.render()
