@@ -190,13 +190,17 @@ def server_env(**settings: str) -> dict[str, str]:
 
 
 @contextmanager
-def http_server(config: Path, log: Path, *args: str, **settings: str) -> Generator[ServerProcess]:
-    """Start ``mcp-code-mode serve --http`` on a free loopback port and wait until it answers /healthz."""
+def http_server(
+    config: Path, log: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, **settings: str
+) -> Generator[ServerProcess]:
+    """Start ``mcp-code-mode serve --http`` on a free loopback port and wait until it answers /healthz; in ``env``
+    (the whole environment, e.g. a desktop client's minimal one) instead of this process's plus ``settings``."""
     port = free_port()
     argv = [sys.executable, "-m", "mcp_code_mode.cli", "serve", "--http", "--port", str(port), "--config", str(config)]
+    environment = env if env is not None else server_env(**settings)
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [*argv, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=server_env(**settings)
+            [*argv, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=environment, cwd=cwd
         )
     server = ServerProcess(process, log, f"http://127.0.0.1:{port}/mcp")
     try:

@@ -11,9 +11,7 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +21,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from ..conftest import FIXTURE_SERVER, ServerProcess, free_port, http_client
+from ..conftest import FIXTURE_SERVER, ServerProcess, http_client, http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -61,32 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     }
     env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     env |= {f"CODE_MODE_{k}": v for k, v in settings.items()}
-    port = free_port()
-    argv = [sys.executable, "-m", "mcp_code_mode.cli", "serve", "--http", "--port", str(port)]
-    log = base / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*argv, "--config", str(base / "servers.json")],
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=sink,
-            env=env,
-            cwd=base,
-        )
-    running = ServerProcess(process, log, f"http://127.0.0.1:{port}/mcp")
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{running.log_text()}")
-            try:
-                if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server did not answer within 60 s:\n{running.log_text()}")
-            time.sleep(0.05)  # polling a port: there is no event to wait on
+    with http_server(base / "servers.json", base / "server.log", env=env, cwd=base) as running:
 
         async def settled() -> None:  # every server up: the stubs (and so the cache keys) stay as they are
             async with http_client(running.url, TOKENS["acme"]) as client:
@@ -94,8 +67,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
         anyio.run(settled)
         yield running
-    finally:
-        running.stop()
 
 
 def text(result: CallToolResult) -> str:
