@@ -175,23 +175,16 @@ class CodeMode:
         return self.config.settings
 
     async def __aenter__(self) -> CodeMode:
-        """Open the cache and the audit log, and start what runs in the background: the downstream servers'
-        connections and the eager runners. It returns without waiting for either (``ready`` waits)."""
-        if self.settings.database_url is not None:  # unreachable: StoreError naming the host, no SQLite fallback
-            self.database = await anyio.to_thread.run_sync(open_database, self.settings.database_url.get_secret_value())
-            self.scripts.use(self.database)
-        await anyio.to_thread.run_sync(self.scripts.open)
-        await anyio.to_thread.run_sync(self._open_audit)
-        await anyio.to_thread.run_sync(self._open_skills)
-        await anyio.to_thread.run_sync(self._open_artifacts)
-        await anyio.to_thread.run_sync(self._open_session_places)
-        if self.settings.pii_vault == "database":
-            await anyio.to_thread.run_sync(persist_vault, self.privacy, self._stores_at, self.settings)
+        """Start the eager runners, open the cache and the audit log, and start the downstream servers'
+        connections. It returns without waiting for the runners or the servers (``ready`` waits)."""
         stack = contextlib.AsyncExitStack()
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self.hosts.aclose)  # left after the servers: last started, first closed
-            self.hosts.open(tg)  # the eager runners' workers first: they start before the servers' processes
+            # The eager runners' workers first: they start while the stores open, and before the servers' processes
+            # (a client's first run, sent as soon as it is initialized, waits for the default runner's).
+            self.hosts.open(tg)
+            await self._open_stores()
             await stack.enter_async_context(self.pool)
             sweeping = anyio.CancelScope()
 
@@ -271,6 +264,18 @@ class CodeMode:
             self.sandbox.close()
             self._close_stores()
             self.tracing.shutdown()
+
+    async def _open_stores(self) -> None:
+        if self.settings.database_url is not None:  # unreachable: StoreError naming the host, no SQLite fallback
+            self.database = await anyio.to_thread.run_sync(open_database, self.settings.database_url.get_secret_value())
+            self.scripts.use(self.database)
+        await anyio.to_thread.run_sync(self.scripts.open)
+        await anyio.to_thread.run_sync(self._open_audit)
+        await anyio.to_thread.run_sync(self._open_skills)
+        await anyio.to_thread.run_sync(self._open_artifacts)
+        await anyio.to_thread.run_sync(self._open_session_places)
+        if self.settings.pii_vault == "database":
+            await anyio.to_thread.run_sync(persist_vault, self.privacy, self._stores_at, self.settings)
 
     def _close_stores(self) -> None:
         self.scripts.close()
