@@ -240,3 +240,16 @@ async def test_an_oversized_script_is_refused_by_execute_code_too(engine: CodeMo
     limit = engine.config.settings.max_code_bytes
     with pytest.raises(UnsupportedError, match="CODE_MODE_MAX_CODE_BYTES"):
         await engine.execute("// x\n" * (limit // 5 + 1), "js")
+
+
+async def test_denos_internals_are_out_of_a_scripts_reach(engine: CodeMode) -> None:
+    # Deno[Deno.internal] holds the runtime's core ops and helpers: the worker deletes it before any script.
+    body = (
+        "const internals = (Deno as any)[Deno.internal];\n"
+        "if (internals === undefined) throw new ReferenceError('Deno[Deno.internal] is not defined');\n"
+        "console.log('reached', Object.keys(internals).length, 'internals');"
+    )
+    result = await attempt(engine, body, language="ts")
+    assert result.output == "refused: ReferenceError: Deno[Deno.internal] is not defined\n", result.output
+    symbols = await engine.execute("console.log(Object.getOwnPropertySymbols(Deno).map(String))", "js")
+    assert symbols.success and "Deno.internal" not in symbols.output, symbols.output

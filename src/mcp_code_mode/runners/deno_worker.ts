@@ -59,6 +59,10 @@ import {
   type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
+// Deno's internals (`Deno[Deno.internal]`: its core ops, the inspector's helpers, resource ids of its pipes) are
+// this program's to use, never a script's: gone before any script runs. Deno's own code holds them by import.
+delete (Deno as unknown as Record<symbol, unknown>)[(Deno as unknown as { internal: symbol }).internal];
+
 // ----- what the bridge uses, captured before any script runs ----------------------------------
 
 const stringify = JSON.stringify;
