@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from .errors import ConfigError
 
 
 class DuplicateKey(ValueError):
@@ -22,4 +25,15 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DuplicateKey", "unique_keys"]
+def read_document(text: str, source: object) -> object:
+    """A file's JSON text, keys given twice refused; ``ConfigError`` naming ``source`` (and the line and column of
+    bad JSON) when it is not a document."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except DuplicateKey as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+__all__ = ["DuplicateKey", "read_document", "unique_keys"]

@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from ._json import DuplicateKey, unique_keys
+from ._json import read_document
 from .errors import ConfigError
 from .governance.policy import ServerPolicy
 from .privacy.config import BUILTIN_KINDS, PrivacyConfig
@@ -667,12 +667,7 @@ def parse_servers(text: str, *, source: str, base_dir: Path) -> dict[str, Server
 def parse_document(text: str, *, source: str, base_dir: Path) -> tuple[dict[str, ServerConfig], PrivacyConfig]:
     """Parse the servers file's text: the servers and the top-level ``pii``. One ``ConfigError`` lists every
     problem, each named."""
-    try:
-        data = json.loads(text, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except DuplicateKey as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    data = read_document(text, source)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be an object with a 'servers' or 'mcpServers' key")
     top_level = _unknown_keys(data, TOP_LEVEL_KEYS, source, "top-level key")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import re
 import secrets
@@ -28,7 +27,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from ._json import DuplicateKey, unique_keys
+from ._json import read_document
 from .errors import ConfigError
 from .governance.policy import ServerPolicy
 
@@ -181,12 +180,7 @@ def _parse_entry(
 def parse_tenants(text: str, *, source: str, base: Path, servers: Collection[str]) -> TenantBook:
     """The tokens file's text as a ``TenantBook``; one ``ConfigError`` names every problem (line and column of
     bad JSON, else each field)."""
-    try:
-        data = json.loads(text, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except DuplicateKey as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    data = read_document(text, source)
     if not isinstance(data, dict) or set(cast("dict[str, Any]", data)) != {"tenants"}:
         raise ConfigError(f'{source}: the top level must be {{"tenants": [...]}} and nothing else')
     entries = cast("dict[str, Any]", data)["tenants"]
@@ -249,13 +243,12 @@ def load_policy_file(path: Path, servers: Collection[str]) -> dict[str, ServerPo
     Each server it names has this policy for the tenant's runs instead of the servers file's; the others keep
     the servers file's. ``ConfigError`` naming the field for anything else."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError, DuplicateKey) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    data = read_document(text, path)
     if not isinstance(data, dict) or set(cast("dict[str, Any]", data)) != {"servers"}:
         raise ConfigError(f'{path}: the top level must be {{"servers": {{"<server>": <policy>}}}}')
     entries = cast("dict[str, Any]", data)["servers"]
