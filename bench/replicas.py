@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.scaleou
 
 from common import Section, median, parser, percentile, ratio, run_section
 from tests.scaleout.agents import GONE, Agents, Op, save_skill, store_integrity, stored_runs
-from tests.scaleout.harness import Cluster, Database, Replica, alive, cluster, descendants
+from tests.scaleout.harness import Cluster, Database, Replica, alive, cluster, descendants, held_directories
 
 KINDS = ("tool_run", "cache_hit", "search", "skill")
 MIX = ("tool_run", "cache_hit", "tool_run", "search", "skill")
@@ -60,23 +60,6 @@ def p50_p95(ops: list[Op], kind: str) -> str:
     if not values:
         return "–"
     return f"{median(values):.0f} / {percentile(values, 0.95):.0f}"
-
-
-def held_directories(pids: set[int]) -> set[Path]:
-    held: set[Path] = set()
-    for pid in pids:
-        try:
-            fds = list(Path(f"/proc/{pid}/fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = Path(os.readlink(fd))
-            except OSError:
-                continue
-            if target.name.startswith(("mcp-code-mode-gate-", "mcp-code-mode-workspace-")):
-                held.add(target)
-    return held
 
 
 def cpu_seconds(root: int) -> float:
@@ -120,7 +103,7 @@ async def drive(
             victim = busiest(running, since) if stateful else running.replicas[0]
             facts["victim"] = victim
             tree = descendants(victim.process.pid)
-            facts["held"] = held_directories({victim.process.pid})
+            facts["held"] = held_directories(victim.process.pid)
             facts["tree"] = victim.kill() | tree
             facts["killed_at"] = time.monotonic()
             started = time.monotonic()

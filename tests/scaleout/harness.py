@@ -92,6 +92,23 @@ def descendants(parent: int) -> set[int]:
     return found
 
 
+def held_directories(pid: int) -> set[Path]:
+    """The gate and workspace directories a replica (``pid``) holds open, and so locked, now."""
+    held: set[Path] = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return held
+    for fd in fds:
+        try:
+            target = Path(os.readlink(fd))
+        except OSError:
+            continue
+        if target.name.startswith(("mcp-code-mode-gate-", "mcp-code-mode-workspace-")):
+            held.add(target)
+    return held
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")

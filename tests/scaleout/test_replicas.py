@@ -5,7 +5,6 @@ half, leaves no process or directory behind once it restarts, and the others kee
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ import httpx2
 import pytest
 
 from .agents import GONE, Agents, connect, save_skill, store_integrity, stored_runs
-from .harness import NGINX_DIR, Cluster, Replica, alive, cluster, free_port, nginx_binary
+from .harness import NGINX_DIR, Cluster, Replica, alive, cluster, free_port, held_directories, nginx_binary
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -87,19 +86,6 @@ async def test_a_session_keeps_its_replica_through_nginx_while_other_sessions_ar
     for session_id, replicas in by_session.items():  # every request of a session went to the replica it names
         assert replicas == {session_id.partition(".")[0]}, (session_id, replicas)
     assert len({r for rs in by_session.values() for r in rs}) >= 2  # and the sessions were spread
-
-
-def held_directories(pid: int) -> set[Path]:
-    """The gate and workspace directories a replica holds (locked) now."""
-    held: set[Path] = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = Path(os.readlink(fd))
-        except OSError:
-            continue
-        if target.name.startswith(("mcp-code-mode-gate-", "mcp-code-mode-workspace-")):
-            held.add(target)
-    return held
 
 
 def memory_cgroups(pid: int) -> list[Path]:
