@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,19 +189,21 @@ def server_env(**settings: str) -> dict[str, str]:
     return env | {f"CODE_MODE_{k.upper()}": v for k, v in settings.items()}
 
 
+def http_server(config: Path, log: Path, *args: str, **settings: str) -> AbstractContextManager[ServerProcess]:
+    """Start ``mcp-code-mode serve --http`` on a free loopback port with this process's environment plus
+    ``settings``, and wait until it answers /healthz."""
+    return http_server_in(server_env(**settings), config, log, *args)
+
+
 @contextmanager
-def http_server(
-    config: Path, log: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, **settings: str
+def http_server_in(
+    env: dict[str, str], config: Path, log: Path, *args: str, cwd: Path | None = None
 ) -> Generator[ServerProcess]:
-    """Start ``mcp-code-mode serve --http`` on a free loopback port and wait until it answers /healthz; in ``env``
-    (the whole environment, e.g. a desktop client's minimal one) instead of this process's plus ``settings``."""
+    """``http_server`` in ``env``: the whole environment (e.g. a desktop client's minimal one)."""
     port = free_port()
     argv = [sys.executable, "-m", "mcp_code_mode.cli", "serve", "--http", "--port", str(port), "--config", str(config)]
-    environment = env if env is not None else server_env(**settings)
     with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*argv, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=environment, cwd=cwd
-        )
+        process = subprocess.Popen([*argv, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, env=env, cwd=cwd)
     server = ServerProcess(process, log, f"http://127.0.0.1:{port}/mcp")
     try:
         deadline = time.monotonic() + 60

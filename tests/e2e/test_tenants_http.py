@@ -21,7 +21,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from ..conftest import FIXTURE_SERVER, ServerProcess, http_client, http_server
+from ..conftest import FIXTURE_SERVER, ServerProcess, http_client, http_server_in
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     }
     env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     env |= {f"CODE_MODE_{k}": v for k, v in settings.items()}
-    with http_server(base / "servers.json", base / "server.log", env=env, cwd=base) as running:
+    with http_server_in(env, base / "servers.json", base / "server.log", cwd=base) as running:
 
         async def settled() -> None:  # every server up: the stubs (and so the cache keys) stay as they are
             async with http_client(running.url, TOKENS["acme"]) as client:
