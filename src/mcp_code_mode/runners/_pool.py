@@ -241,12 +241,15 @@ class WorkerPool:
         self._live: set[Worker] = set()
         self._arrived = anyio.Event()
         self._waiters = 0
+        self._wanted = anyio.Event()
+        """Set when a run starts waiting for a worker: a start in its ``spawn_delay`` goes at once."""
         self.detached = 0
         """Workers taken out for sessions (``detach``): never back in this pool, killed at its close too."""
         self.spawned = 0
         self.spawn_delay = 0.0
         """Seconds a background start waits first, so that the answer of the run that freed the slot goes out
-        before the next worker is forked (for pools whose workers serve one run each)."""
+        before the next worker is forked (for pools whose workers serve one run each). A run that waits for the
+        worker cuts it short: a pool's first start, which the first run waits for, has none."""
 
     async def start(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -265,8 +268,12 @@ class WorkerPool:
 
     async def _spawn_into_pool(self) -> None:
         try:
-            if self.spawn_delay > 0:
-                await anyio.sleep(self.spawn_delay)
+            if self.spawn_delay > 0 and self._waiters == 0:
+                wanted = self._wanted
+                with anyio.move_on_after(self.spawn_delay):
+                    await wanted.wait()
+            if self._wanted.is_set():
+                self._wanted = anyio.Event()
             worker = await self.spawn()
         except RunnerError as exc:
             if not self._closed:
@@ -389,6 +396,7 @@ class WorkerPool:
                     return await self.spawn()
                 arrived = self._arrived
                 self._waiters += 1
+                self._wanted.set()
                 try:
                     with anyio.move_on_after(WORKER_START_TIMEOUT):
                         await arrived.wait()
