@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from mcp_code_mode.engine import CodeMode
 from mcp_code_mode.errors import PackageError
 from mcp_code_mode.runners._deno_errors import explain_death
 from mcp_code_mode.runners.base import CheckRequest
-from mcp_code_mode.runners.deno import MAX_HEAP_MB, DenoRunner
+from mcp_code_mode.runners.deno import MAX_HEAP_MB, DenoRunner, _worker_key  # pyright: ignore[reportPrivateUsage]
 
 from ..conftest import alive, make_config
 from ..fixtures.loopback import Loopback, loopback_server
@@ -488,3 +489,30 @@ async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces
         while processes_in(tmp_path):
             await anyio.sleep(0.05)
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+async def test_the_worker_program_is_compiled_once_for_this_deno_and_these_sources(tmp_path: Path) -> None:
+    """A first run does not wait for ``deno cache`` when the cache already holds the worker program for this
+    Deno and these sources (a stamp says which); another stamp, or no compiled modules, compiles it again."""
+    deno_dir = tmp_path / "deno"
+    config = make_config({}, workspace_dir=tmp_path / "runs", deno_dir=deno_dir)
+    stamp = deno_dir / "mcp-code-mode-worker.stamp"
+    async with CodeMode(config) as cm:
+        runner = cm.runners["deno"]
+        assert isinstance(runner, DenoRunner)
+        assert (await cm.execute("console.log(1)", "javascript", cache="off")).success
+        key = _worker_key(runner.deno)
+    assert stamp.read_text(encoding="utf-8") == key
+    compiled = {p: p.stat().st_mtime_ns for p in (deno_dir / "gen").rglob("*") if p.is_file()}
+    assert compiled, "deno cache compiled nothing"
+
+    async with CodeMode(config) as cm:  # the same Deno and sources: nothing compiled again
+        assert (await cm.execute("console.log(1)", "javascript", cache="off")).success
+    assert {p: p.stat().st_mtime_ns for p in (deno_dir / "gen").rglob("*") if p.is_file()} == compiled
+
+    stamp.write_text("another deno or other sources", encoding="utf-8")
+    shutil.rmtree(deno_dir / "gen")
+    async with CodeMode(config) as cm:
+        assert (await cm.execute("console.log(1)", "javascript", cache="off")).success
+    assert stamp.read_text(encoding="utf-8") == key
+    assert any(p.is_file() for p in (deno_dir / "gen").rglob("*"))

@@ -18,6 +18,7 @@ timeout kills the process group. The cache (``DENO_DIR``) is ``Settings.deno_dir
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -80,6 +81,16 @@ _REGISTRY_ENV = (
 
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 """The variables a worker may read: ``cm_launch.py --egress`` sets the proxy ones to the run's forwarder."""
+
+
+def _worker_key(deno: str) -> str:
+    """What the worker program's compiled form in Deno's cache depends on: the Deno binary and the sources."""
+    digest = hashlib.sha256()
+    info = os.stat(deno)
+    digest.update(f"{Path(deno).resolve()}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+    for source in (WORKER, RUNTIME):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
 
 
 def find_deno() -> str | None:
@@ -240,13 +251,21 @@ class DenoRunner(PooledRunner):
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(self.import_map)
         # Workers see the cache read-only: the worker program's own compiled form is put there first (our
-        # code, not a script's; about 30 ms when it is already there).
-        argv = [self.deno, "cache", "--quiet", "--no-config", "--no-lock", str(WORKER)]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **deno_env(self.deno_dir)}
-        with anyio.move_on_after(CACHE_TIMEOUT):
-            done = await anyio.run_process(argv, env=env, check=False, stdin=subprocess.DEVNULL)
-            if done.returncode != 0:
-                logger.warning("deno: could not compile the worker program ahead: %s", done.stderr[-500:])
+        # code, not a script's), once for this Deno and these sources (a stamp in the cache says which).
+        stamp = self.deno_dir / "mcp-code-mode-worker.stamp"
+        key = _worker_key(self.deno)
+        compiled = (self.deno_dir / "gen").is_dir() and stamp.is_file()
+        if not compiled or stamp.read_text(encoding="utf-8", errors="replace") != key:
+            argv = [self.deno, "cache", "--quiet", "--no-config", "--no-lock", str(WORKER)]
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **deno_env(self.deno_dir)}
+            with anyio.move_on_after(CACHE_TIMEOUT):
+                done = await anyio.run_process(argv, env=env, check=False, stdin=subprocess.DEVNULL)
+                if done.returncode != 0:
+                    logger.warning("deno: could not compile the worker program ahead: %s", done.stderr[-500:])
+                else:
+                    tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(key, encoding="utf-8")
+                    tmp.replace(stamp)
         await super().start()
 
     def set_stubs(self, stubs: StubBundle) -> None:
