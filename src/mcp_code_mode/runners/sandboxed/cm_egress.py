@@ -14,10 +14,16 @@ direction. Standard library only.
 
 from __future__ import annotations
 
+import _socket
 import os
-import selectors
-import socket
-import threading
+
+TYPE_CHECKING = False  # typing's own, without importing typing
+if TYPE_CHECKING:
+    import socket
+
+# socket (which imports selectors and enum), selectors and threading are imported where they are used:
+# cm_launch.py imports this module before every Deno worker with the network starts, and only its forwarder
+# child (``serve``) needs them; the listener is made with socket's C half.
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 BYPASS_VARIABLES = ("NO_PROXY", "no_proxy")
@@ -30,9 +36,9 @@ _NO_GATE = (
 )
 
 
-def listen() -> socket.socket:
+def listen() -> _socket.socket:
     """A listener on a free loopback port (the sandbox's own loopback: nothing else is reachable)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
     return listener
@@ -64,8 +70,12 @@ class _Side:
         """This side was told the peer sends nothing more (``shutdown(SHUT_WR)``)."""
 
 
-def serve(listener: socket.socket, target: str) -> None:
-    """Forward every connection ``listener`` accepts to the Unix socket ``target``; never returns."""
+def serve(bound: _socket.socket, target: str) -> None:
+    """Forward every connection ``bound`` accepts to the Unix socket ``target``; never returns."""
+    import selectors
+    import socket
+
+    listener = socket.socket(fileno=bound.detach())
     listener.setblocking(False)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
@@ -164,6 +174,8 @@ def serve(listener: socket.socket, target: str) -> None:
 
 def start(target: str) -> int:
     """Serve on a daemon thread of this process; the port to put in the environment."""
+    import threading
+
     listener = listen()
     port = int(listener.getsockname()[1])
     threading.Thread(target=serve, args=(listener, target), name="cm-egress", daemon=True).start()

@@ -24,12 +24,15 @@ import ctypes
 import errno
 import os
 import resource
-import shutil
 import stat
 import struct
-from typing import Any
 
-# typing, functools, platform and signal (enum) stay unimported: this runs before every Deno worker starts.
+TYPE_CHECKING = False  # typing's own, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# typing, shutil (fnmatch, re), functools, platform and signal (enum) stay unimported at the top: this runs
+# before every Deno worker starts (``wipe`` imports shutil when it is called).
 SIGKILL = 9
 
 PR_SET_PDEATHSIG = 1
@@ -232,7 +235,9 @@ def install_seccomp() -> bool:
 def wipe(directory: str) -> None:
     """Remove everything in ``directory``, including what a script made unwritable."""
 
-    def retry(function: Any, path: str, _: Any) -> None:
+    import shutil
+
+    def retry(function: Callable[[str], object], path: str, _: object) -> None:
         try:
             os.chmod(os.path.dirname(path), stat.S_IRWXU)
             if os.path.isdir(path) and not os.path.islink(path):
