@@ -1,4 +1,5 @@
-"""The layout holds: no import cycles between the package's modules, and no runner named outside ``runners/``."""
+"""The layout holds: no import cycles between the package's modules, no runner named outside ``runners/``, and the
+MCP SDK and the search machinery imported only by what needs them."""
 
 from __future__ import annotations
 
@@ -198,3 +199,27 @@ def test_serving_imports_no_search_machinery_until_a_search() -> None:
     before, after = json.loads(done.stdout.strip().splitlines()[-1])
     assert before == [], f"imported before any search: {before}"
     assert after == ["numpy", "tokenizers"]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "mcp_code_mode",
+        "mcp_code_mode.cli",
+        "mcp_code_mode.config",
+        "mcp_code_mode.sandbox",
+    ],
+)
+def test_the_cli_and_the_settings_import_no_mcp_sdk(module: str) -> None:
+    """The MCP SDK (about 0.5 s of imports) is imported by what serves or runs, not by the CLI's start, the
+    settings or the sandbox: `serve` probes the sandbox while it imports the SDK, and `tokens`, `cache`,
+    `audit` and `skills` never wait for it. The package's engine names are still there on first use."""
+    script = (
+        f"import sys, {module}\n"
+        "print(sorted(m for m in ('mcp', 'mcp_types', 'mcp_code_mode.engine') if m in sys.modules))\n"
+        "from mcp_code_mode import CodeMode, RunResult\n"
+        "print(CodeMode.__name__, RunResult.__name__, 'mcp' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[]", "CodeMode RunResult True"]

@@ -14,7 +14,6 @@ from .cache.embed import make_embedder
 from .config import Settings
 from .database import open_database
 from .packages import PythonEnvironments
-from .runners.registry import plugins
 from .tenants import DEFAULT_TENANT, Tenant
 
 DEFAULT_PRUNE_DAYS = 30.0
@@ -199,6 +198,8 @@ def _dispatch(
         print(f"pruned {len(gone)} package environment(s) not used for {args.older_than:g} days", file=out)
         for line in gone:
             print(f"  {line}", file=out)
+        from .runners.registry import plugins  # the runners import the MCP SDK: not at the CLI's start
+
         for plugin in plugins():  # what each runner keeps in the cache of its own (Pyodide's snapshots)
             if plugin.prune is None:
                 continue

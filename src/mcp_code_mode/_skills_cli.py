@@ -6,14 +6,15 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .cache import DB_NAME
 from .config import Settings
 from .database import open_database
-from .skills import SkillStore, SkillVersion
-from .skills.folders import export_skill, read_all
 from .tenants import DEFAULT_TENANT, Tenant
+
+if TYPE_CHECKING:
+    from .skills import SkillVersion
 
 
 def add_skills_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -40,6 +41,9 @@ def add_skills_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run_skills_command(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from .skills import SkillStore  # the skills import the runners and the MCP SDK: not at the CLI's start
+    from .skills.folders import export_skill, read_all
+
     stream: TextIO = out if out is not None else sys.stdout
     try:
         tenant = Tenant(args.tenant).name

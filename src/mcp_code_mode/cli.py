@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -17,8 +18,13 @@ from ._skills_cli import add_skills_parser, run_skills_command
 from ._tokens_cli import add_tokens_parser, run_tokens_command
 from .cache import CACHE_MODES
 from .config import CodeModeConfig, Settings, load_environment
-from .engine import CodeMode, RunResult
 from .errors import CodeModeError, ConfigError
+
+if TYPE_CHECKING:
+    from .engine import RunResult
+
+# The engine (and with it the MCP SDK, about 0.5 s) is imported by the commands that need it: `serve` starts
+# the sandbox probe first (``_serve``), and `doctor`, `cache`, `audit`, `skills` and `tokens` never need it.
 
 CONFIG_HELP = (
     "servers file (default: $CODE_MODE_CONFIG, else ./mcp_servers.json). Variables and CODE_MODE_* settings "
@@ -188,12 +194,22 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
-    url = config.settings.database_url
-    if url is not None:  # reached and migrated before serving: a StoreError is a message naming the host
-        from .database import open_database
+    # The sandbox probe (a bubblewrap worker started and waited for: about 60 ms) runs while the engine and
+    # the MCP SDK are imported; the default runner's worker then starts that much sooner.
+    from concurrent.futures import ThreadPoolExecutor
 
-        open_database(url.get_secret_value()).close()
-    engine = CodeMode(config)
+    from .sandbox import detect_sandbox
+
+    with ThreadPoolExecutor(1, thread_name_prefix="mcp-code-mode-probe") as probing:
+        sandbox = probing.submit(detect_sandbox, config.settings)
+        url = config.settings.database_url
+        if url is not None:  # reached and migrated before serving: a StoreError is a message naming the host
+            from .database import open_database
+
+            open_database(url.get_secret_value()).close()
+        from .engine import CodeMode
+
+        engine = CodeMode(config, sandbox=sandbox.result())
     if not args.http:
         from .server import build_server
 
@@ -227,6 +243,8 @@ async def _run(config: CodeModeConfig, args: argparse.Namespace) -> int:
         printed.append(text)
         sys.stdout.write(text)
         sys.stdout.flush()
+
+    from .engine import CodeMode
 
     async with CodeMode(_one_shot(config)) as cm:
         result = await cm.execute(
@@ -286,6 +304,8 @@ def _print_result(result: RunResult, *, as_json: bool) -> None:
 
 
 async def _stubs(config: CodeModeConfig, server: str | None, language: str) -> int:
+    from .engine import CodeMode
+
     async with CodeMode(_one_shot(config)) as cm:
         await cm.settled()  # the servers connect in the background: their tools are listed once each is up
         for status in cm.pool.servers.values():

@@ -50,7 +50,7 @@ from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
 from ..runners.registry import build_runners, default_runners, names
-from ..sandbox import detect_sandbox
+from ..sandbox import Sandbox, detect_sandbox
 from ..skills import SkillBook, SkillStore
 from ..stubs import StubIndex
 from ..tenants import current_tenant
@@ -90,7 +90,8 @@ class RunnerFacts:
 class CodeMode:
     """Downstream servers, stubs and runners behind one ``execute`` call. Use as an async context manager."""
 
-    def __init__(self, config: CodeModeConfig) -> None:
+    def __init__(self, config: CodeModeConfig, *, sandbox: Sandbox | None = None) -> None:
+        """``sandbox``: the one ``detect_sandbox(config.settings)`` chose, when the caller has probed already."""
         self.config = config
         settings = config.settings
         self.pool = ToolPool(
@@ -101,7 +102,7 @@ class CodeMode:
             on_change=self._tools_changed_now,
         )
         """The downstream servers; they connect in the background once the engine is entered (``settled``)."""
-        self.sandbox = detect_sandbox(settings)
+        self.sandbox = sandbox if sandbox is not None else detect_sandbox(settings)
         self.egress = settings.egress_policy()
         """The server's egress policy; a run's ``allowNetworking`` list narrows it."""
         self.admission = Admission.create(
