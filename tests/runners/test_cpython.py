@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from mcp_code_mode.engine import CodeMode
+
+from ..conftest import make_config
 
 pytestmark = pytest.mark.anyio
 
@@ -178,3 +181,26 @@ async def test_a_script_that_replaces_json_still_reports_its_output_calls_and_va
     assert result.success, result.error
     assert result.output == "sum 5\n"
     assert result.return_value == {"total": 5, "dumped": "patched"}
+
+
+async def test_no_directory_the_zygote_imports_from_is_writable_by_a_run(tmp_path: Path) -> None:
+    """A zygote imports its preloaded modules while its first run runs (they are a cache for the later runs'
+    children): that is safe because no directory on its import path is one a run can write. A run starts
+    with the zygote's ``sys.path`` (its process is a fork of the zygote), and finds none of it writable.
+    Without namespaces the run is the server's own user, and the claim is not made."""
+    config = make_config({}, workspace_dir=tmp_path / "runs", eager_runners="cpython", pool_size=1)
+    async with CodeMode(config) as cm:
+        if cm.sandbox.isolation != "namespaces":
+            pytest.skip("process isolation: a run is the server's user and may write what the server may")
+        code = (
+            "import os, sys\n"
+            "print(repr([p for p in sys.path if not p or not os.path.isabs(p)]))\n"
+            "print(repr([p for p in sys.path if os.path.isdir(p) and os.access(p, os.W_OK)]))\n"
+        )
+        # The first run's process was forked before the zygote preloaded, the second's after.
+        results = [await cm.execute(code, runner="cpython", cache="off") for _ in range(2)]
+    for result in results:
+        assert result.success, result.error
+        relative, writable = result.output.splitlines()
+        assert relative == "[]", f"relative entries on the zygote's sys.path: {relative}"
+        assert writable == "[]", f"a run can write where the zygote imports from: {writable}"

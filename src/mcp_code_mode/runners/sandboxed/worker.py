@@ -203,15 +203,22 @@ def main() -> None:
     control = Channel.from_stdio()
     runs = socket.socket(fileno=args.runs_fd)
     workspace = os.path.realpath(args.workspace or os.getcwd())
-    for name in [n for entry in args.preload for n in entry.split(",") if n]:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if args.kind == "local":
-            from smolagents import local_python_executor as lpe
+    preloads = [n for entry in args.preload for n in entry.split(",") if n]
 
-            lpe.get_safe_module(module, [])
+    def preload() -> None:
+        """Import the modules scripts commonly import, so that each later child has them (a cache only: a child
+        without them imports what its script asks for, as any run may). Done once, while the first run runs,
+        not before the zygote's first ``ready`` (about 25 ms sooner)."""
+        for name in preloads:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if args.kind == "local":
+                from smolagents import local_python_executor as lpe
+
+                lpe.get_safe_module(module, [])
+        preloads.clear()
 
     stub_namespace: dict[str, Any] = {}
     stub_version: int | None = None
@@ -287,6 +294,8 @@ def main() -> None:
         while view:
             view = view[os.write(writer, view) :]
         os.close(writer)
+        if preloads:
+            preload()  # the run's child has its message: the zygote's time until the run ends is its own
         _, status = os.waitpid(pid, 0)
         reap(pid)
         control.send({"op": "exit", "status": _exit_status(status)})
