@@ -493,7 +493,8 @@ async def test_closing_the_engine_kills_every_deno_worker_and_removes_workspaces
 
 async def test_the_worker_program_is_compiled_once_for_this_deno_and_these_sources(tmp_path: Path) -> None:
     """A first run does not wait for ``deno cache`` when the cache already holds the worker program for this
-    Deno and these sources (a stamp says which); another stamp, or no compiled modules, compiles it again."""
+    Deno and these sources (a stamp says which), its V8 code cache included; another stamp, or no compiled
+    modules, compiles it again."""
     deno_dir = tmp_path / "deno"
     config = make_config({}, workspace_dir=tmp_path / "runs", deno_dir=deno_dir)
     stamp = deno_dir / "mcp-code-mode-worker.stamp"
@@ -505,6 +506,7 @@ async def test_the_worker_program_is_compiled_once_for_this_deno_and_these_sourc
     assert stamp.read_text(encoding="utf-8") == key
     compiled = {p: p.stat().st_mtime_ns for p in (deno_dir / "gen").rglob("*") if p.is_file()}
     assert compiled, "deno cache compiled nothing"
+    assert list(deno_dir.glob("v8_code_cache*")), "no V8 code cache of the worker program (the host's one run of it)"
 
     async with CodeMode(config) as cm:  # the same Deno and sources: nothing compiled again
         assert (await cm.execute("console.log(1)", "javascript", cache="off")).success
