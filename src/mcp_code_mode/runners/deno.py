@@ -86,7 +86,7 @@ PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
 
 def _worker_key(deno: str) -> str:
     """What the worker program's compiled form in Deno's cache depends on: the Deno binary and the sources."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(b"transpiled modules and V8's code cache\0")  # what a matching stamp vouches for
     info = os.stat(deno)
     digest.update(f"{Path(deno).resolve()}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
     for source in (WORKER, RUNTIME):
