@@ -26,13 +26,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import httpx2
+
+from ..fixtures import pg
 
 REPO = Path(__file__).resolve().parents[2]
 NGINX_DIR = REPO / "deploy" / "nginx"
@@ -323,11 +324,7 @@ def start_database(database: Database, base: Path) -> tuple[str | None, contextl
     )
     data.chmod(0o755)
     stack.callback(shutil.rmtree, data, ignore_errors=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        import pgserver  # pyright: ignore[reportMissingImports]  # a dev dependency, for the PostgreSQL variant
-
-        server = pgserver.get_server(str(data / "data"), cleanup_mode="stop")  # pyright: ignore[reportPrivateImportUsage]
+    server = pg.start(data / "data")
     stack.callback(server.cleanup)
     return str(server.get_uri()), stack
 

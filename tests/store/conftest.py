@@ -10,14 +10,14 @@ import re
 import shutil
 import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mcp_code_mode.database import Database, open_database
+
+from ..fixtures import pg
 
 TABLES = "scripts, vectors, counters, audit, plans, pii_vault, pii_counters, skills, artifacts, sessions"
 
@@ -29,11 +29,7 @@ def pg_server() -> Iterator[str]:
     rotated by other pytest processes of the same user."""
     data = Path(tempfile.mkdtemp(prefix="mcp-code-mode-pg-"))
     data.chmod(0o755)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        import pgserver
-
-        server: Any = pgserver.get_server(data / "data", cleanup_mode="stop")  # pyright: ignore[reportPrivateImportUsage]
+    server = pg.start(data / "data")
     try:
         yield str(server.get_uri())
     finally:
