@@ -208,12 +208,14 @@ def test_serving_imports_no_search_machinery_until_a_search() -> None:
         "mcp_code_mode.cli",
         "mcp_code_mode.config",
         "mcp_code_mode.sandbox",
+        "mcp_code_mode.runners._early",
     ],
 )
 def test_the_cli_and_the_settings_import_no_mcp_sdk(module: str) -> None:
     """The MCP SDK (about 0.5 s of imports) is imported by what serves or runs, not by the CLI's start, the
-    settings or the sandbox: `serve` probes the sandbox while it imports the SDK, and `tokens`, `cache`,
-    `audit` and `skills` never wait for it. The package's engine names are still there on first use."""
+    settings, the sandbox or the default runner's early start: `serve` probes the sandbox and starts that
+    runner's first worker before it imports the SDK, and `tokens`, `cache`, `audit` and `skills` never wait
+    for it. The package's engine names are still there on first use."""
     script = (
         f"import sys, {module}\n"
         "print(sorted(m for m in ('mcp', 'mcp_types', 'mcp_code_mode.engine') if m in sys.modules))\n"

@@ -22,6 +22,7 @@ from .errors import CodeModeError, ConfigError
 
 if TYPE_CHECKING:
     from .engine import RunResult
+    from .http_server import HttpOptions
 
 # The engine (and with it the MCP SDK, about 0.5 s) is imported by the commands that need it: `serve` starts
 # the sandbox probe first (``_serve``), and `doctor`, `cache`, `audit`, `skills` and `tokens` never need it.
@@ -194,38 +195,60 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
-    # The sandbox probe (a bubblewrap worker started and waited for: about 60 ms) runs while the engine and
-    # the MCP SDK are imported; the default runner's worker then starts that much sooner.
+    options = None
+    if args.http:
+        from .http_server import HttpOptions, check_bind
+
+        options = HttpOptions(
+            host=args.host or HttpOptions.host,
+            port=HttpOptions.port if args.port is None else args.port,
+            path=args.path or HttpOptions.path,
+            stateless=args.stateless,
+        )
+        check_bind(options, config.settings)
+    url = config.settings.database_url
+    if url is not None:  # reached and migrated before serving: a StoreError is a message naming the host
+        from .database import open_database
+
+        open_database(url.get_secret_value()).close()
+    anyio.run(_serve_async, config, options)
+    return 0
+
+
+async def _serve_async(config: CodeModeConfig, options: HttpOptions | None) -> None:
+    """Serve over stdio (``options`` None) or HTTP. Before the engine exists: the sandbox probe (a bubblewrap
+    worker started and waited for, about 60 ms) runs on a thread while the MCP SDK's types are imported, and
+    then the default Python runner's first worker starts (``runners._early``) while the rest of the engine
+    and the SDK are imported (about 0.3 s): a client's first run, sent as soon as it is initialized, finds
+    it ready."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .sandbox import detect_sandbox
 
     with ThreadPoolExecutor(1, thread_name_prefix="mcp-code-mode-probe") as probing:
-        sandbox = probing.submit(detect_sandbox, config.settings)
-        url = config.settings.database_url
-        if url is not None:  # reached and migrated before serving: a StoreError is a message naming the host
-            from .database import open_database
+        probed = probing.submit(detect_sandbox, config.settings)
+        import mcp_types  # noqa: F401  # pyright: ignore[reportUnusedImport]  # the SDK's types, meanwhile
 
-            open_database(url.get_secret_value()).close()
+        sandbox = probed.result()
+    from .runners._early import start_early
+
+    early = await start_early(config.settings, sandbox)
+    try:
         from .engine import CodeMode
 
-        engine = CodeMode(config, sandbox=sandbox.result())
-    if not args.http:
+        engine = CodeMode(config, sandbox=sandbox, early=early)
+    except BaseException:
+        if early is not None:
+            await early.discard()
+        raise
+    if options is None:
         from .server import build_server
 
-        build_server(engine).run("stdio")
-        return 0
-    from .http_server import HttpOptions, check_bind, serve_http
+        await build_server(engine).run_stdio_async()
+        return
+    from .http_server import serve_http
 
-    options = HttpOptions(
-        host=args.host or HttpOptions.host,
-        port=HttpOptions.port if args.port is None else args.port,
-        path=args.path or HttpOptions.path,
-        stateless=args.stateless,
-    )
-    check_bind(options, config.settings)
-    anyio.run(serve_http, engine, options)
-    return 0
+    await serve_http(engine, options)
 
 
 def _one_shot(config: CodeModeConfig) -> CodeModeConfig:

@@ -10,11 +10,33 @@
 
 from __future__ import annotations
 
-from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
+from typing import TYPE_CHECKING, Any
+
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
 from .host import HostRun, ProgressSink, RunChannel, RunClock, serve_run
 from .messages import MAX_DEPTH, MAX_PROGRESS_MESSAGE, Call, Done, Output, Progress, parse_run_message
 from .outcome import CallEntry, ErrorDetail, FileEntry, NetworkUse, PlanResult, RunResult
+
+if TYPE_CHECKING:
+    from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
+
+_DISPATCHER = frozenset(
+    {"ToolCallRecord", "ToolDispatcher", "content_to_value", "error_text", "parse_text", "result_to_value"}
+)
+"""Imported from ``dispatcher`` on first use: it imports the downstream pool and with it the MCP SDK, which the
+worker pools (``runners._pool``) do not need, and ``serve`` starts the default runner's first worker before
+the SDK is imported."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DISPATCHER:
+        from . import dispatcher
+
+        value = getattr(dispatcher, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_DEPTH",

@@ -6,9 +6,10 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
+if TYPE_CHECKING:
+    import mcp_types as types  # the SDK's types (about 0.2 s to import): for annotations only here
 
 
 @dataclass(frozen=True)

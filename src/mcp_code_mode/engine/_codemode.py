@@ -49,6 +49,7 @@ from ..observability.tracing import Tracing, from_environment
 from ..packages import PythonEnvironments, Whitelist
 from ..privacy.core import RunPrivacy
 from ..runners import CheckRequest, OutputCallback, Runner, RunnerInfo, RunRequest, SessionRunner, StubBundle
+from ..runners._early import EarlyWorker, claim
 from ..runners.registry import build_runners, default_runners, names
 from ..sandbox import Sandbox, detect_sandbox
 from ..skills import SkillBook, SkillStore
@@ -90,8 +91,12 @@ class RunnerFacts:
 class CodeMode:
     """Downstream servers, stubs and runners behind one ``execute`` call. Use as an async context manager."""
 
-    def __init__(self, config: CodeModeConfig, *, sandbox: Sandbox | None = None) -> None:
-        """``sandbox``: the one ``detect_sandbox(config.settings)`` chose, when the caller has probed already."""
+    def __init__(
+        self, config: CodeModeConfig, *, sandbox: Sandbox | None = None, early: EarlyWorker | None = None
+    ) -> None:
+        """``sandbox``: the one ``detect_sandbox(config.settings)`` chose, when the caller has probed already.
+        ``early``: the default Python runner's first worker, started with ``sandbox`` before the engine existed
+        (``serve``: ``runners._early``); its pool adopts it, or the engine kills it when it starts."""
         self.config = config
         settings = config.settings
         self.pool = ToolPool(
@@ -124,6 +129,7 @@ class CodeMode:
             warmup_timeout=settings.warmup_timeout,
         )
         """Each runner started on first use, or with the engine when eager (``CODE_MODE_EAGER_RUNNERS``)."""
+        self._unclaimed = early if early is not None and not claim(early, self.runners, self.hosts.eager) else None
         self._stack: contextlib.AsyncExitStack | None = None
         self._changed: anyio.Event | None = None
         """Set at the next change of the downstream tools (``tools_changed``)."""
@@ -178,6 +184,9 @@ class CodeMode:
     async def __aenter__(self) -> CodeMode:
         """Start the eager runners, open the cache and the audit log, and start the downstream servers'
         connections. It returns without waiting for the runners or the servers (``ready`` waits)."""
+        if self._unclaimed is not None:
+            unclaimed, self._unclaimed = self._unclaimed, None
+            await unclaimed.discard()
         stack = contextlib.AsyncExitStack()
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())

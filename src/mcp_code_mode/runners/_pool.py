@@ -200,6 +200,43 @@ class Worker:
         return "".join(self.stderr).strip()
 
 
+async def open_worker(
+    spec: SandboxSpec, release: Callable[[SandboxSpec], None], on_failure: Callable[[SandboxSpec], None]
+) -> Worker:
+    """Start the process ``spec`` describes (a zygote gets its socket for run channels); not yet ready.
+    ``release`` is called with the spec when the worker is gone; ``on_failure`` if it could not start."""
+    process: Process | None = None
+    runs_host: socket.socket | None = None
+    runs_child: socket.socket | None = None
+    argv = list(spec.argv)
+    if spec.zygote:
+        runs_host, runs_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv += ["--runs-fd", str(runs_child.fileno())]
+    try:
+        with anyio.CancelScope(shield=True):  # a process started here is always tracked, never lost
+            process = await anyio.open_process(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=spec.env,
+                start_new_session=True,
+                pass_fds=[runs_child.fileno()] if runs_child is not None else [],
+            )
+    except OSError as exc:
+        if runs_host is not None:
+            runs_host.close()
+        on_failure(spec)
+        raise RunnerError(f"cannot start the worker ({spec.argv[0]}): {exc}") from exc
+    finally:
+        if runs_child is not None:
+            runs_child.close()
+    assert process is not None and process.stdout is not None
+    runs = await UNIXSocketStream.from_socket(runs_host) if runs_host is not None else None
+    return Worker(process, BufferedByteReceiveStream(process.stdout), spec, release, runs=runs)
+
+
 class WorkerPool:
     """Idle workers of one profile, ready for a run.
 
@@ -241,6 +278,7 @@ class WorkerPool:
         self._live: set[Worker] = set()
         self._arrived = anyio.Event()
         self._waiters = 0
+        self._expected: Worker | None = None
         self._wanted = anyio.Event()
         """Set when a run starts waiting for a worker: a start in its ``spawn_delay`` goes at once."""
         self.detached = 0
@@ -253,7 +291,14 @@ class WorkerPool:
 
     async def start(self, tg: TaskGroup) -> None:
         self._tg = tg
+        expected, self._expected = self._expected, None
+        if expected is not None:
+            self.adopt(expected)
         self._refill()
+
+    def expect(self, worker: Worker) -> None:
+        """Adopt ``worker`` (started before this pool) when the pool starts, in place of its first start."""
+        self._expected = worker
 
     def set_stubs(self, stubs: StubBundle) -> None:
         """Stubs that newly started workers load before they are handed out."""
@@ -317,37 +362,37 @@ class WorkerPool:
 
     async def spawn(self) -> Worker:
         """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
-        spec = self._launcher(self._profile)
-        process: Process | None = None
-        runs_host: socket.socket | None = None
-        runs_child: socket.socket | None = None
-        argv = list(spec.argv)
-        if spec.zygote:
-            runs_host, runs_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            argv += ["--runs-fd", str(runs_child.fileno())]
+        return await self._admit(await open_worker(self._launcher(self._profile), self._forget, self._release))
+
+    def adopt(self, worker: Worker) -> None:
+        """Take in a worker of this pool's profile started before the pool (``serve``'s early start,
+        ``runners._launch``): it counts as starting until it says ready, and is then the pool's like any."""
+        assert self._tg is not None, "adopt after start"
+        worker.release = self._forget
+        self._starting += 1
+        self._tg.start_soon(self._adopt_into_pool, worker)
+
+    async def _adopt_into_pool(self, worker: Worker) -> None:
+        failed = False
         try:
-            with anyio.CancelScope(shield=True):  # a process started here is always tracked, never lost
-                process = await anyio.open_process(
-                    argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=spec.cwd,
-                    env=spec.env,
-                    start_new_session=True,
-                    pass_fds=[runs_child.fileno()] if runs_child is not None else [],
-                )
-        except OSError as exc:
-            if runs_host is not None:
-                runs_host.close()
-            self._release(spec)
-            raise RunnerError(f"cannot start the worker ({spec.argv[0]}): {exc}") from exc
+            ready = await self._admit(worker)
+        except RunnerError as exc:
+            failed = True
+            if not self._closed:
+                logger.error("%s: the worker started early did not start: %s", self._label, exc)
+            return
         finally:
-            if runs_child is not None:
-                runs_child.close()
-        assert process is not None and process.stdout is not None
-        runs = await UNIXSocketStream.from_socket(runs_host) if runs_host is not None else None
-        worker = Worker(process, BufferedByteReceiveStream(process.stdout), spec, self._forget, runs=runs)
+            self._starting -= 1
+            self._notify()
+            if failed:
+                self._refill()  # a start of the pool's own instead
+        if self._closed:
+            await ready.kill()
+            return
+        self._push(ready)
+
+    async def _admit(self, worker: Worker) -> Worker:
+        """Track a started worker and wait until it says it is ready (with the current stubs loaded)."""
         self._live.add(worker)
         if self._tg is not None:
             self._tg.start_soon(self._drain_stderr, worker)

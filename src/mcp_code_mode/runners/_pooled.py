@@ -22,17 +22,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
-from ..bridge import ErrorDetail, NetworkUse, RunResult, ToolDispatcher, serve_run
+from ..bridge import ErrorDetail, NetworkUse, RunResult, serve_run
 from ..egress import NetworkGrant, serve_gate
 from ..errors import RunnerError, UnsupportedError
 from ..sandbox import Profile, Sandbox, SandboxSpec
 from ._pool import Launcher, Worker, WorkerPool
 from .base import Declared, RunnerSession, RunRequest, StubBundle
+
+if TYPE_CHECKING:
+    from ..bridge import ToolDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +209,11 @@ class WorkerPools:
     def resize(self, size: int) -> None:
         self._pool_size = size
         self.pool.resize(size)
+
+    def adopt_early(self, worker: Worker) -> None:
+        """The default profile's pool takes ``worker`` (started with this pool's launcher before the engine
+        existed: ``runners._early``) when it starts, in place of its first start."""
+        self.pool.expect(worker)
 
     async def start(self) -> None:
         stack = contextlib.AsyncExitStack()

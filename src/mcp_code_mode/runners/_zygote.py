@@ -71,6 +71,8 @@ class ZygoteRunner(PooledRunner):
         max_environments: int = 4,
     ) -> None:
         self.info = info
+        self.kind = kind
+        self.preload = tuple(preload)
         self.sandbox = sandbox
         self._imports = imports
         self._extra_check = extra_check

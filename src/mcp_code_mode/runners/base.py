@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ..bridge import ErrorDetail, FileEntry, ProgressSink, RunClock, RunResult, ToolDispatcher
+from ..bridge import ErrorDetail, FileEntry, ProgressSink, RunClock, RunResult
 from ..bridge.host import FileSink
 from ..egress import NetworkGrant
 
 if TYPE_CHECKING:
+    from ..bridge import ToolDispatcher
     from ..config import Settings
     from ..packages import Whitelist
     from ..sandbox import Sandbox
