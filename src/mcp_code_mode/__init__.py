@@ -19,6 +19,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ._lazy import lazy_names
 from .errors import (
     CodeModeError,
     ConfigError,
@@ -33,19 +34,11 @@ from .errors import (
 if TYPE_CHECKING:
     from .engine import CodeMode, ErrorDetail, FileEntry, RunProgress, RunResult
 
-_ENGINE_NAMES = frozenset({"CodeMode", "ErrorDetail", "FileEntry", "RunProgress", "RunResult"})
-"""Imported from ``engine`` on first use: the engine imports the MCP SDK (about 0.5 s), which a submodule's
-importer (``mcp_code_mode.config``, the CLI before it serves, a sandbox probe) need not wait for."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ENGINE_NAMES:
-        from . import engine
-
-        value = getattr(engine, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Imported from ``engine`` on first use: the engine imports the MCP SDK (about 0.5 s), which a submodule's
+# importer (``mcp_code_mode.config``, the CLI before it serves, a sandbox probe) need not wait for.
+__getattr__ = lazy_names(
+    __name__, dict.fromkeys(("CodeMode", "ErrorDetail", "FileEntry", "RunProgress", "RunResult"), ".engine")
+)
 
 
 __all__ = [

@@ -15,6 +15,8 @@ and keep every use of ``np`` inside functions (a type alias lives under ``TYPE_C
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -35,4 +37,20 @@ class LazyModule:
         return f"<lazy module {self._name!r}>"
 
 
-__all__ = ["LazyModule"]
+def lazy_names(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562) that imports each of ``names`` (name → the submodule that
+    defines it, relative to ``package``) on first use and keeps it in the package: for the names whose
+    submodule imports the MCP SDK, which a light importer of the package need not wait for."""
+
+    def getattr_(name: str) -> Any:
+        where = names.get(name)
+        if where is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return getattr_
+
+
+__all__ = ["LazyModule", "lazy_names"]

@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from .framing import MAX_MESSAGE_BYTES, LineChannel, decode, encode
 from .host import HostRun, ProgressSink, RunChannel, RunClock, serve_run
 from .messages import MAX_DEPTH, MAX_PROGRESS_MESSAGE, Call, Done, Output, Progress, parse_run_message
@@ -20,22 +21,16 @@ from .outcome import CallEntry, ErrorDetail, FileEntry, NetworkUse, PlanResult, 
 if TYPE_CHECKING:
     from .dispatcher import ToolCallRecord, ToolDispatcher, content_to_value, error_text, parse_text, result_to_value
 
-_DISPATCHER = frozenset(
-    {"ToolCallRecord", "ToolDispatcher", "content_to_value", "error_text", "parse_text", "result_to_value"}
+# Imported from ``dispatcher`` on first use: it imports the downstream pool and with it the MCP SDK, which the
+# worker pools (``runners._pool``) do not need, and ``serve`` starts the default runner's first worker before
+# the SDK is imported.
+__getattr__ = lazy_names(
+    __name__,
+    dict.fromkeys(
+        ("ToolCallRecord", "ToolDispatcher", "content_to_value", "error_text", "parse_text", "result_to_value"),
+        ".dispatcher",
+    ),
 )
-"""Imported from ``dispatcher`` on first use: it imports the downstream pool and with it the MCP SDK, which the
-worker pools (``runners._pool``) do not need, and ``serve`` starts the default runner's first worker before
-the SDK is imported."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DISPATCHER:
-        from . import dispatcher
-
-        value = getattr(dispatcher, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
