@@ -217,7 +217,7 @@ def _serve(config: CodeModeConfig, args: argparse.Namespace) -> int:
 
 async def _serve_async(config: CodeModeConfig, options: HttpOptions | None) -> None:
     """Serve over stdio (``options`` None) or HTTP. Before the engine exists: the sandbox probe (a bubblewrap
-    worker started and waited for, about 60 ms) runs on a thread while the MCP SDK's types are imported, and
+    worker started and waited for, about 60–90 ms) runs on a thread while the MCP SDK's types are imported, and
     then the default Python runner's first worker starts (``runners._early``) while the rest of the engine
     and the SDK are imported (about 0.3 s): a client's first run, sent as soon as it is initialized, finds
     it ready."""
@@ -227,11 +227,12 @@ async def _serve_async(config: CodeModeConfig, options: HttpOptions | None) -> N
 
     with ThreadPoolExecutor(1, thread_name_prefix="mcp-code-mode-probe") as probing:
         probed = probing.submit(detect_sandbox, config.settings)
-        import mcp_types  # noqa: F401  # pyright: ignore[reportUnusedImport]  # the SDK's types, meanwhile
+        # Meanwhile: the SDK's types, and what starts the worker (the probe takes longer than both).
+        import mcp_types  # noqa: F401  # pyright: ignore[reportUnusedImport]
+
+        from .runners._early import start_early
 
         sandbox = probed.result()
-    from .runners._early import start_early
-
     early = await start_early(config.settings, sandbox)
     try:
         from .engine import CodeMode
