@@ -17,15 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Settings
-from ..errors import RunnerError
+from ..errors import CodeModeError
+from ..packages import Whitelist
 from ..sandbox import Profile, Sandbox
 from . import cpython, local
 from ._pool import Worker, open_worker
-from ._pooled import zygote_launcher
 from ._zygote import ZygoteRunner
-from .base import Runner
+from .base import Runner, RunnerContext
 
-_PRELOAD = {"local": local.SAFE_IMPORTS, "cpython": cpython.PRELOAD}
+_BUILDS = {local.INFO.name: local.build, cpython.INFO.name: cpython.build}
+"""The zygote runners, built here as the engine builds them: their launcher, preload and profile are theirs."""
 
 
 @dataclass
@@ -45,23 +46,22 @@ def early_kind(settings: Settings) -> str | None:
     """The zygote kind to start early under these settings, or None."""
     kind = settings.python_runner or local.INFO.name
     words = {w.strip() for w in settings.eager_runners.split(",") if w.strip()}
-    return kind if words == {"default"} and kind in _PRELOAD else None
+    return kind if words == {"default"} and kind in _BUILDS else None
 
 
 async def start_early(settings: Settings, sandbox: Sandbox) -> EarlyWorker | None:
     """Start the default Python runner's first zygote now (None when these settings start none early, or it
-    could not start: the engine then starts it as usual)."""
+    could not start: the engine then starts it as usual, and reports what stopped it)."""
     kind = early_kind(settings)
     if kind is None:
         return None
-    preload = tuple(_PRELOAD[kind])
-    profile = Profile(network=sandbox.network_by_default())
     try:
-        spec = zygote_launcher(kind, sandbox, preload)(profile)
-        worker = await open_worker(spec, sandbox.release, sandbox.release)
-    except (RunnerError, OSError):
+        runner = _BUILDS[kind](RunnerContext(settings, sandbox, Whitelist.load(settings.allowed_packages)))
+        profile = runner.workers.default_profile
+        worker = await open_worker(runner.workers.launcher(profile), sandbox.release, sandbox.release)
+    except (CodeModeError, OSError):
         return None
-    return EarlyWorker(kind, preload, profile, worker, sandbox)
+    return EarlyWorker(runner.kind, runner.preload, profile, worker, sandbox)
 
 
 def claim(early: EarlyWorker, runners: Mapping[str, Runner], eager: frozenset[str]) -> bool:

@@ -293,7 +293,7 @@ class WorkerPool:
         self._tg = tg
         expected, self._expected = self._expected, None
         if expected is not None:
-            self.adopt(expected)
+            self._adopt(expected)
         self._refill()
 
     def expect(self, worker: Worker) -> None:
@@ -364,10 +364,10 @@ class WorkerPool:
         """Start one worker and wait until it says it is ready (with the current stubs loaded)."""
         return await self._admit(await open_worker(self._launcher(self._profile), self._forget, self._release))
 
-    def adopt(self, worker: Worker) -> None:
-        """Take in a worker of this pool's profile started before the pool (``serve``'s early start,
-        ``runners._launch``): it counts as starting until it says ready, and is then the pool's like any."""
-        assert self._tg is not None, "adopt after start"
+    def _adopt(self, worker: Worker) -> None:
+        """Take in the worker ``expect`` named (started before the pool, ``runners._early``): it counts as
+        starting until it says ready, and is then the pool's like any."""
+        assert self._tg is not None
         worker.release = self._forget
         self._starting += 1
         self._tg.start_soon(self._adopt_into_pool, worker)

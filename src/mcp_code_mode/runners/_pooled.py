@@ -210,6 +210,11 @@ class WorkerPools:
         self._pool_size = size
         self.pool.resize(size)
 
+    @property
+    def launcher(self) -> Launcher:
+        """What starts a worker of these pools for a profile."""
+        return self._launcher
+
     def adopt_early(self, worker: Worker) -> None:
         """The default profile's pool takes ``worker`` (started with this pool's launcher before the engine
         existed: ``runners._early``) when it starts, in place of its first start."""
