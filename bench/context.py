@@ -2,10 +2,10 @@
 """4. Context cost: the executor's tools/list against all downstream servers' tools/list together, and the
 executor's own per profile (``CODE_MODE_TOOLS`` full and minimal).
 
-    .venv/bin/python bench/context.py [--synthetic 210]
+    .venv/bin/python bench/context.py [--synthetic 209]
 
 Two set-ups: the three npm servers (filesystem, memory, everything), and the Python fixture server with
-210 synthetic tools (plus its own 15: 225). For each, ``tools/list`` is fetched through real stdio clients
+209 synthetic tools (plus its own 16: 225). For each, ``tools/list`` is fetched through real stdio clients
 from ``mcp-code-mode serve`` configured with those servers, and from each of the servers directly. Then the
 executor's list per profile, with the default settings and no server, and with the fixture server's 225
 tools, beside FastMCP's CodeMode in front of the same 225 tools (``peers.fastmcp_code_mode``); the target:
@@ -171,7 +171,7 @@ async def measure_fastmcp(args: argparse.Namespace, section: Section, table: Any
 def main() -> int:
     cli = parser(__doc__)
     cli.add_argument(
-        "--synthetic", type=int, default=210, help="synthetic tools of the fixture server (with its own 15: 225)"
+        "--synthetic", type=int, default=209, help="synthetic tools of the fixture server (with its own 16: 225)"
     )
     section = Section("context", "4. Context cost of tools/list", "")
     return run_section(measure, section, cli.parse_args())

@@ -25,8 +25,8 @@ from .conftest import fixture_entry, make_config
 pytestmark = pytest.mark.anyio
 
 DOWNSTREAM_TOOLS = 225
-SYNTHETIC = 210
-"""The fixture server's synthetic tools; with its own (15) they make ``DOWNSTREAM_TOOLS``."""
+SYNTHETIC = 209
+"""The fixture server's synthetic tools; with its own (16) they make ``DOWNSTREAM_TOOLS``."""
 BUDGET = 1000
 
 FULL_TOOLS = {

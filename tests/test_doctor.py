@@ -29,7 +29,7 @@ def test_a_healthy_config_passes_and_each_server_and_runner_is_checked(
     assert main(["doctor", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert f"ok    config      {config}: 1 server" in out
-    assert "ok    server      fixture: ready, 15 tools" in out
+    assert "ok    server      fixture: ready, 16 tools" in out
     assert "ok    runner      local (python; isolation: namespaces" in out
     assert "ok    runner      cpython (python; isolation: namespaces" in out
     assert "bubblewrap" in out and "namespaces work" in out

@@ -3,7 +3,9 @@
 The idioms the README gives: ``asyncio.gather`` of stub calls (cpython, pyodide: at top level, in a
 comprehension, in ``async def``), ``parallel(lambda: ... for ...)`` on every Python runner (``local``
 included) and ``Promise.all`` under deno. Each case checks the results come back in the order of the
-calls, and that N calls of a tool that waits 0.3 s take about one wait, not N.
+calls, and that they are in flight together: the fixture's ``overlap`` tool answers how many of its calls were
+in flight when each began, so the proof does not depend on how busy the machine is (a loose bound on the time
+is kept too: N calls one after another take N waits).
 """
 
 from __future__ import annotations
@@ -22,22 +24,23 @@ CALLS = 8
 SEQUENTIAL = CALLS * WAIT
 
 PARALLEL = Case(
-    python=f"r = parallel(lambda: fixture.slow(seconds={WAIT}) for i in range({CALLS}))\n"
-    f"o = parallel(lambda: fixture.add(a=i, b=100) for i in range(5))\n[len(r), o]",
-    js=f"const r = await Promise.all(Array.from({{length: {CALLS}}}, () => fixture.slow({{seconds: {WAIT}}})));\n"
+    python=f"r = parallel(lambda: fixture.overlap(seconds={WAIT}) for i in range({CALLS}))\n"
+    f"o = parallel(lambda: fixture.add(a=i, b=100) for i in range(5))\n[max([x['result'] for x in r]), o]",
+    js=f"const r = await Promise.all(Array.from({{length: {CALLS}}}, () => fixture.overlap({{seconds: {WAIT}}})));\n"
     "const o = await Promise.all([0, 1, 2, 3, 4].map((i) => fixture.add({ a: i, b: 100 })));\n"
-    "export default [r.length, o];",
+    "export default [Math.max(...r.map((x) => x.result)), o];",
 )
 EXPECTED = [CALLS, [100, 101, 102, 103, 104]]
+"""The most ``overlap`` calls in flight at once (all of them), and the ``add`` results in the order of the calls."""
 
 GATHER = {
-    "top-level": f"import asyncio\nr = await asyncio.gather(*(fixture.slow(seconds={WAIT}) for i in range({CALLS})))\n"
-    "o = await asyncio.gather(*[fixture.add(a=i, b=100) for i in range(5)])\n[len(r), o]",
+    "top-level": f"import asyncio\nr = await asyncio.gather(*(fixture.overlap(seconds={WAIT}) for i in range({CALLS})))\n"
+    "o = await asyncio.gather(*[fixture.add(a=i, b=100) for i in range(5)])\n[max([x['result'] for x in r]), o]",
     "async-def": "import asyncio\n"
     "async def main():\n"
-    f"    r = await asyncio.gather(*[fixture.slow(seconds={WAIT}) for i in range({CALLS})])\n"
+    f"    r = await asyncio.gather(*[fixture.overlap(seconds={WAIT}) for i in range({CALLS})])\n"
     "    o = await asyncio.gather(*(call_tool('fixture', 'add', {'a': i, 'b': 100}) for i in range(5)))\n"
-    "    return [len(r), o]\n"
+    "    return [max([x['result'] for x in r]), o]\n"
     "asyncio.run(main())",
 }
 
@@ -63,7 +66,7 @@ async def test_parallel_or_promise_all_sends_the_calls_together_and_keeps_their_
 ) -> None:
     value, took = await _timed(engine, runner, PARALLEL)
     assert value == EXPECTED
-    assert took < SEQUENTIAL * 0.6, f"{CALLS} calls of {WAIT} s took {took:.2f} s: not in flight together"
+    assert took < SEQUENTIAL, f"{CALLS} calls of {WAIT} s took {took:.2f} s: one after another"
 
 
 @pytest.mark.parametrize("where", list(GATHER))
@@ -72,7 +75,7 @@ async def test_asyncio_gather_of_stub_calls_is_in_flight_together(engine: CodeMo
         pytest.skip("asyncio is the idiom of the cpython and pyodide runners")
     value, took = await _timed(engine, runner, Case(python=GATHER[where], js=""))
     assert value == EXPECTED
-    assert took < SEQUENTIAL * 0.6, f"{CALLS} calls of {WAIT} s took {took:.2f} s: not in flight together"
+    assert took < SEQUENTIAL, f"{CALLS} calls of {WAIT} s took {took:.2f} s: one after another"
 
 
 FAILURES = Case(
@@ -128,7 +131,7 @@ async def test_parallel_refuses_work_on_a_result_before_it_is_answered(engine: C
     code = "parallel(lambda: fixture.add(a=i, b=1)['result'] for i in range(3))"
     data = (await run(engine, runner, Case(python=code, js=""))).model_dump(by_alias=True, mode="json")
     assert data["success"] is False
-    assert data["error"]["type"] in ("TypeError", "InterpreterError")  # local's interpreter wraps it
+    assert data["error"]["type"] in ("TypeError", "InterpreterError"), data["error"]  # local's interpreter wraps it
     assert "unchanged" in data["error"]["message"]
     assert "parallel" in data["error"]["message"]
 

@@ -56,7 +56,7 @@ async def test_tools_list_stays_under_2000_tokens_with_200_synthetic_tools(clien
     for encoding in ("o200k_base", "cl100k_base"):
         assert count_json_tokens(payload, encoding) < 2000
     description = next(t for t in tools if t.name == "execute_code").description or ""
-    assert f"fixture ({SYNTHETIC + 15} tools: " in description
+    assert f"fixture ({SYNTHETIC + 16} tools: " in description
     assert "filesystem: Project files (14 tools: " in description
     assert "search_tools" in description
     assert "synthetic_199" not in description
@@ -119,7 +119,7 @@ async def test_a_tool_added_downstream_shows_in_the_next_discovery_call(client: 
     assert "def teleport_widget(" in await call(client, "get_tool_stubs", names=["fixture.teleport_widget"])
     tools = (await client.list_tools()).tools
     description = next(t for t in tools if t.name == "execute_code").description or ""
-    assert f"fixture ({SYNTHETIC + 16} tools: " in description
+    assert f"fixture ({SYNTHETIC + 17} tools: " in description
 
 
 async def test_validate_code_over_mcp_reports_findings(client: Client) -> None:

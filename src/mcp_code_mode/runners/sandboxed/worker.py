@@ -212,12 +212,12 @@ def main() -> None:
         for name in preloads:
             try:
                 module = importlib.import_module(name)
-            except ImportError:
-                continue
-            if args.kind == "local":
-                from smolagents import local_python_executor as lpe
+                if args.kind == "local":
+                    from smolagents import local_python_executor as lpe
 
-                lpe.get_safe_module(module, [])
+                    lpe.get_safe_module(module, [])
+            except Exception:  # a cache only: whatever fails here, the zygote goes on serving
+                continue
         preloads.clear()
 
     stub_namespace: dict[str, Any] = {}
