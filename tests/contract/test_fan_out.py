@@ -34,7 +34,8 @@ EXPECTED = [CALLS, [100, 101, 102, 103, 104]]
 """The most ``overlap`` calls in flight at once (all of them), and the ``add`` results in the order of the calls."""
 
 GATHER = {
-    "top-level": f"import asyncio\nr = await asyncio.gather(*(fixture.overlap(seconds={WAIT}) for i in range({CALLS})))\n"
+    "top-level": "import asyncio\n"
+    f"r = await asyncio.gather(*(fixture.overlap(seconds={WAIT}) for i in range({CALLS})))\n"
     "o = await asyncio.gather(*[fixture.add(a=i, b=100) for i in range(5)])\n[max([x['result'] for x in r]), o]",
     "async-def": "import asyncio\n"
     "async def main():\n"
