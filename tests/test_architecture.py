@@ -225,3 +225,30 @@ def test_the_cli_and_the_settings_import_no_mcp_sdk(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["[]", "CodeMode RunResult True"]
+
+
+def test_building_the_server_imports_no_rich_and_keeps_the_logging_serve_set_up() -> None:
+    """The SDK's ``MCPServer`` imports ``rich`` for a log handler that ``logging.basicConfig`` drops when logging
+    is configured already (as ``serve`` does): building the server imports no ``rich`` and keeps the handlers it
+    found; a program that configured none gets one plain handler on stderr, not a ``RichHandler``."""
+    script = (
+        "import json, logging, os, sys\n"
+        "configured = sys.argv[1] == 'configured'\n"
+        "if configured:\n"
+        "    logging.basicConfig(level=logging.WARNING, format='%(name)s %(message)s')\n"
+        "mine = list(logging.getLogger().handlers)\n"
+        "from mcp_code_mode.server import build_server\n"
+        "from mcp_code_mode.engine import CodeMode\n"
+        "from mcp_code_mode.config import CodeModeConfig, Settings\n"
+        "settings = Settings(eager_runners='none', pyodide_pool_size=0)\n"
+        "build_server(CodeMode(CodeModeConfig.from_servers({}, settings=settings, env=dict(os.environ))))\n"
+        "handlers = logging.getLogger().handlers\n"
+        "print(json.dumps(['rich' in sys.modules, handlers == mine, [type(h).__name__ for h in handlers]]))\n"
+    )
+    cases = {"configured": [False, True, ["StreamHandler"]], "bare": [False, False, ["StreamHandler"]]}
+    for mode, expected in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == expected, mode

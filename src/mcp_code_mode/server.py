@@ -272,7 +272,8 @@ class CodeModeServer(MCPServer[Any]):
     """
 
     def __init__(self, engine: CodeMode, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        with _plain_sdk_logging():
+            super().__init__(**kwargs)
         self.engine = engine
         self._log_levels: WeakKeyDictionary[object, str] = WeakKeyDictionary()
         self._listed: WeakKeyDictionary[Any, tuple[str, Tenant, frozenset[str]]] = WeakKeyDictionary()
@@ -475,6 +476,28 @@ def compact_schema(schema: Any) -> Any:
     if out.get("type") == "object" and out.get("properties") == {}:
         del out["properties"]
     return out
+
+
+@contextmanager
+def _plain_sdk_logging() -> Generator[None]:
+    """While an ``MCPServer`` is made: its ``configure_logging`` without ``rich``. The SDK imports ``rich`` (about
+    50 ms of every start) for a handler that ``logging.basicConfig`` then drops when logging is configured
+    already, as ``serve`` does; where it is not, the root logger gets a plain handler on stderr."""
+    from mcp.server.mcpserver import server as sdk_server
+
+    def configure_logging(level: str = "INFO") -> None:
+        logging.basicConfig(level=level, format="%(message)s")
+
+    name = "configure_logging"  # not among the module's exports: reached by name
+    original = getattr(sdk_server, name, None)
+    if original is None:  # an SDK that no longer has it: nothing to replace
+        yield
+        return
+    setattr(sdk_server, name, configure_logging)
+    try:
+        yield
+    finally:
+        setattr(sdk_server, name, original)
 
 
 def build_server(
