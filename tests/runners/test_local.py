@@ -82,7 +82,8 @@ async def test_runaway_scripts_are_killed_at_the_timeout_and_the_next_run_works(
     elapsed = time.monotonic() - started
     assert not result.success
     assert result.error is not None and result.error.type == "TimeoutError"
-    assert elapsed < 1.5
+    assert result.execution_time < 1500, f"the run took {result.execution_time} ms for a 1 s timeout"
+    assert elapsed < 10, f"the call took {elapsed:.1f} s"  # a worker's start may come first (a loaded machine)
     after = await engine.execute("print('alive')")
     assert after.success and after.output == "alive\n"
 
