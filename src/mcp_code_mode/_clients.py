@@ -11,6 +11,7 @@ artifacts and tasks these are), so two tenants never share one, whatever session
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -42,6 +43,26 @@ def scoped(tenant: Tenant, client: str) -> str:
     return client if tenant == DEFAULT_TENANT else f"tenant:{tenant.name}/{client}"
 
 
+def http_client(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """An HTTP request's client within its tenant, unscoped: its session (``Mcp-Session-Id``), else its bearer
+    token (a hash of it); None for a request without HTTP headers, or with neither."""
+    headers = cast("Mapping[str, str] | None", getattr(ctx.request, "headers", None))
+    if headers is None:
+        return None
+    session_id = headers.get("mcp-session-id")
+    if session_id:
+        return f"http-session:{session_id}"
+    authorization = headers.get("authorization")
+    if authorization:
+        return "http-token:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
+    return None
+
+
+def has_headers(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the request came over HTTP (it has headers)."""
+    return getattr(ctx.request, "headers", None) is not None
+
+
 class TenantMiddleware:
     """Lowlevel server middleware (outermost): every request and notification is handled ``acting_as`` its
     tenant, so everything below it (tools, resources, prompts, tasks, progress) reads ``current_tenant()``."""
@@ -51,4 +72,4 @@ class TenantMiddleware:
             return await call_next(ctx)
 
 
-__all__ = ["TenantAccessToken", "TenantMiddleware", "scoped", "tenant_of"]
+__all__ = ["TenantAccessToken", "TenantMiddleware", "has_headers", "http_client", "scoped", "tenant_of"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import logging
 import time
 import uuid
@@ -37,7 +36,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel
 
-from ._clients import scoped, tenant_of
+from ._clients import http_client, scoped, tenant_of
 from .tenants import Tenant, acting_as, current_tenant
 
 logger = logging.getLogger(__name__)
@@ -167,14 +166,9 @@ def task_owner(ctx: ServerRequestContext[Any, Any]) -> str:
 
 
 def _owner(ctx: ServerRequestContext[Any, Any]) -> str:
-    headers = getattr(ctx.request, "headers", None)
-    if headers is not None:
-        session_id = headers.get("mcp-session-id")
-        if session_id:
-            return f"http-session:{session_id}"
-        authorization = headers.get("authorization")
-        if authorization:
-            return "http-token:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
+    client = http_client(ctx)
+    if client is not None:
+        return client
     return f"connection:{id(ctx.session._connection)}"  # pyright: ignore[reportPrivateUsage]
 
 

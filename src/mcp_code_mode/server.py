@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import math
 import warnings
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from functools import partial
-from typing import Annotated, Any, Literal, cast, get_args
+from typing import Annotated, Any, Literal, get_args
 from weakref import WeakKeyDictionary
 
 import anyio
@@ -30,7 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
-from ._clients import TenantMiddleware, scoped, tenant_of
+from ._clients import TenantMiddleware, has_headers, http_client, scoped, tenant_of
 from ._skill_tools import register_skill_tools
 from ._tasks import TaskBook, capability, install
 from .artifacts import URI_PREFIX, Artifact, parse_uri
@@ -717,15 +716,8 @@ def request_client(ctx: ServerRequestContext[Any]) -> str:
 
 
 def _unscoped_client(ctx: ServerRequestContext[Any]) -> str:
-    headers = cast("Mapping[str, str] | None", getattr(ctx.request, "headers", None))
-    if headers is not None:
-        session_id = headers.get("mcp-session-id")
-        if session_id:
-            return f"http-session:{session_id}"
-        authorization = headers.get("authorization")
-        if authorization:
-            return "http-token:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
-        return "http"
+    if has_headers(ctx):
+        return http_client(ctx) or "http"
     connection = getattr(ctx.session, "_connection", None)
     if connection is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return "stdio"
