@@ -43,9 +43,9 @@ def scoped(tenant: Tenant, client: str) -> str:
     return client if tenant == DEFAULT_TENANT else f"tenant:{tenant.name}/{client}"
 
 
-def http_client(ctx: ServerRequestContext[Any, Any]) -> str | None:
+def http_client(ctx: ServerRequestContext[Any, Any], otherwise: str | None = None) -> str | None:
     """An HTTP request's client within its tenant, unscoped: its session (``Mcp-Session-Id``), else its bearer
-    token (a hash of it); None for a request without HTTP headers, or with neither."""
+    token (a hash of it), else ``otherwise``; None for a request without HTTP headers (stdio, in-process)."""
     headers = cast("Mapping[str, str] | None", getattr(ctx.request, "headers", None))
     if headers is None:
         return None
@@ -55,12 +55,7 @@ def http_client(ctx: ServerRequestContext[Any, Any]) -> str | None:
     authorization = headers.get("authorization")
     if authorization:
         return "http-token:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
-    return None
-
-
-def has_headers(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the request came over HTTP (it has headers)."""
-    return getattr(ctx.request, "headers", None) is not None
+    return otherwise
 
 
 class TenantMiddleware:
@@ -72,4 +67,4 @@ class TenantMiddleware:
             return await call_next(ctx)
 
 
-__all__ = ["TenantAccessToken", "TenantMiddleware", "has_headers", "http_client", "scoped", "tenant_of"]
+__all__ = ["TenantAccessToken", "TenantMiddleware", "http_client", "scoped", "tenant_of"]

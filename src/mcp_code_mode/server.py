@@ -29,7 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from . import __version__
-from ._clients import TenantMiddleware, has_headers, http_client, scoped, tenant_of
+from ._clients import TenantMiddleware, http_client, scoped, tenant_of
 from ._skill_tools import register_skill_tools
 from ._tasks import TaskBook, capability, install
 from .artifacts import URI_PREFIX, Artifact, parse_uri
@@ -716,8 +716,9 @@ def request_client(ctx: ServerRequestContext[Any]) -> str:
 
 
 def _unscoped_client(ctx: ServerRequestContext[Any]) -> str:
-    if has_headers(ctx):
-        return http_client(ctx) or "http"
+    client = http_client(ctx, otherwise="http")
+    if client is not None:
+        return client
     connection = getattr(ctx.session, "_connection", None)
     if connection is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return "stdio"
