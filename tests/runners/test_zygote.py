@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -30,9 +31,9 @@ def _receive(stream: IO[bytes]) -> dict[str, Any]:
 
 
 class Zygote:
-    def __init__(self, kind: str, workspace: Path) -> None:
+    def __init__(self, kind: str, workspace: Path, extra: list[str] | None = None) -> None:
         self.runs, child = socket.socketpair()
-        argv = [sys.executable, "-I", *python_worker_argv(kind), "--workspace", str(workspace)]
+        argv = [sys.executable, "-I", *python_worker_argv(kind), "--workspace", str(workspace), *(extra or [])]
         argv += ["--sys-path", ":".join(p for p in sys.path if p), "--runs-fd", str(child.fileno())]
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=[child.fileno()])
         child.close()
@@ -177,3 +178,38 @@ def test_a_return_value_past_the_cap_is_the_start_of_its_json_and_counts_as_drop
     assert done["returnValue"] == '"' + "y" * 999
     assert "".join(m["data"] for m in messages if m["op"] == "output") == "x" * 1000
     assert done["dropped"] == 501 + 1  # the output's 500 characters and the newline past the cap, and the value
+
+
+@pytest.mark.parametrize("kind", ["local", "cpython"])
+def test_a_slow_preload_never_delays_the_run_s_exit_and_still_reaches_the_next_run(kind: str, tmp_path: Path) -> None:
+    """The zygote preloads while its first run runs. A preload slower than the host's ``REAP_TIMEOUT`` (a loaded
+    machine: seconds) must not hold back the run's ``exit`` report, or the host kills a healthy worker after every
+    first run; the modules are still in the next run's child (the preload is a cache for it)."""
+    from mcp_code_mode.runners._pool import REAP_TIMEOUT
+
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_preload.py").write_text("import time\ntime.sleep(4.0)\n", encoding="utf-8")
+    workspace = tmp_path / "runs"
+    workspace.mkdir()
+    zygote = Zygote(kind, workspace, ["--preload", "slow_preload", "--sys-path", str(modules)])
+    try:
+        zygote.send({"op": "prepare", "stubs": STUBS, "version": 1})
+        zygote.ready()
+        zygote.send(_run("1 + 1"))
+        assert zygote.until_done()[-1]["success"] is True
+        started = time.monotonic()
+        exited = zygote.control()
+        took = time.monotonic() - started
+        assert exited["op"] == "exit", exited
+        assert took < REAP_TIMEOUT / 2, f"the run's exit came {took:.2f} s after its done (the preload sleeps 4 s)"
+        zygote.ready()  # after the preload: its thread is joined before the next child is forked
+        # Imported again by a child without the preload, the module would sleep another 4 s.
+        started = time.monotonic()
+        zygote.send({**_run("import slow_preload\n7"), "imports": ["slow_preload"]})
+        done = zygote.until_done()[-1]
+        took = time.monotonic() - started
+        assert done["success"] is True and done["returnValue"] == 7, done
+        assert took < 2.0, f"the next run imported the module itself ({took:.2f} s): the preload did not reach it"
+    finally:
+        zygote.close()
