@@ -92,6 +92,8 @@ def make_config(servers: dict[str, dict[str, Any]], **settings: Any) -> CodeMode
     settings.setdefault("cache_dir", CACHE_DIR)
     settings.setdefault("cache_embedder", "hashing")
     settings.setdefault("pyodide_pool_size", 0)  # no warm Pyodide interpreters unless a test asks
+    if os.environ.get("CODE_MODE_TEST_DENO_ISOLATES"):  # the suite again with the deno runner's isolate mode
+        settings.setdefault("deno_isolates", os.environ["CODE_MODE_TEST_DENO_ISOLATES"] not in ("0", "false"))
     return CodeModeConfig.from_servers(servers, settings=Settings(**settings), env=dict(os.environ))
 
 

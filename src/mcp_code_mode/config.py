@@ -324,6 +324,11 @@ class Settings(BaseModel):
     deno_dir: Path | None = None
     """Deno's cache (npm packages, compiled modules) for the JavaScript/TypeScript runner.
     Default: ``deno/`` in the cache directory (``CODE_MODE_CACHE_DIR``)."""
+    deno_isolates: bool = False
+    """The ``deno`` runner's isolate mode (``CODE_MODE_DENO_ISOLATES``): each run in a V8 isolate of its own (a web
+    Worker) in a supervisor process that serves run after run of one client and never runs user code itself,
+    instead of a process per run. Back-to-back runs then wait for no process start; a V8 escape could reach the
+    later runs of the same client (SECURITY.md). Sessions keep a process each."""
 
     tools: Literal["full", "minimal"] = "full"
     """Which tools the server offers: ``full`` (every tool), ``minimal`` (``execute_code``, ``search_tools`` and

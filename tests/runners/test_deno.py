@@ -23,6 +23,11 @@ from ..fixtures.loopback import Loopback, loopback_server
 pytestmark = pytest.mark.anyio
 
 
+def isolates(engine: CodeMode) -> bool:
+    """Whether this engine's deno runner runs each run in an isolate of a supervisor (``CODE_MODE_DENO_ISOLATES``)."""
+    return engine.config.settings.deno_isolates
+
+
 @pytest.fixture(scope="module")
 def http() -> Iterator[Loopback]:
     with loopback_server() as server:
@@ -226,7 +231,8 @@ async def test_a_promise_that_never_settles_ends_the_run_with_an_error(
     assert time.monotonic() - started < 10
     assert not result.success and result.error is not None
     assert "never settles" in result.error.message
-    assert result.error.line == line
+    # In isolate mode the run finds a stalled top-level await itself, and does not know the await's line.
+    assert result.error.line == (None if isolates(engine) else line)
     assert result.output == "waiting\n"
 
 

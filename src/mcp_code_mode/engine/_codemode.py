@@ -604,6 +604,7 @@ class CodeMode:
             on_output=stream.write if stream is not None else None,
             max_concurrent_calls=settings.max_concurrent_calls,
             session_memory_mb=self._session_memory() if session is not None else None,
+            owner=_owner(client),
         )
         clock = RunClock()
         request = dataclasses.replace(request, clock=clock)
@@ -1060,6 +1061,18 @@ _NAMED_CALL = re.compile(r"\b(call_tool|callTool)\s*\(\s*[\"']([^\"']+)[\"']\s*,
 
 _SKILL_CALL = re.compile(r"(?<![\w.])skills\s*\.\s*[A-Za-z_]")
 """``skills.name`` as a script calls a skill."""
+
+
+SHARED_CLIENTS = frozenset({"http"})
+"""Client names that stand for many callers (stateless HTTP requests without a session or token)."""
+
+
+def _owner(client: str) -> str | None:
+    """Whose run this is, for a worker that serves several runs in one process (``RunRequest.owner``): the tenant
+    and the client; None for a client name that many callers share (such a run's worker then serves no other)."""
+    if client.rpartition("/")[2] in SHARED_CLIENTS:  # also a tenant's (``_clients.scoped``: tenant:<name>/http)
+        return None
+    return f"{current_tenant().name}/{client}"
 
 
 def _names_word(code: str, word: str) -> bool:

@@ -41,6 +41,12 @@ READY_TIMEOUT = 10.0
 """Seconds a zygote has, after that, to clean up and say ``ready`` again."""
 _STDERR_LINES = 40
 
+ISOLATE_EXIT_TIMEOUT = 0.1
+"""Seconds a supervisor's ended run has for its isolate's thread to go (see ``Worker.isolates_gone``)."""
+_SUPERVISOR_COMM = "deno"
+_ISOLATE_THREAD = "worker-"
+"""How Deno names the thread of a web Worker (``worker-1``, ``worker-2``, ...)."""
+
 Launcher = Callable[[Profile], SandboxSpec]
 """Makes the argv, environment and workspace of one new worker for a profile."""
 
@@ -64,6 +70,12 @@ class Worker:
     exit_status: str | None = None
     """How the last run's process ended, as the zygote reported it."""
     killed: bool = False
+    owner: str | None = None
+    """Whose runs a supervisor has served (``RunRequest.owner``): it serves nobody else's. None: no run yet."""
+    runs_served: int = 0
+    run_seconds: float = 0.0
+    """Wall time of the runs a supervisor has served (their CPU counts against its one CPU rlimit)."""
+    program_pid: int | None = None
 
     def __hash__(self) -> int:
         return id(self)
@@ -74,6 +86,29 @@ class Worker:
     @property
     def zygote(self) -> bool:
         return self.runs is not None
+
+    @property
+    def supervisor(self) -> bool:
+        """A worker that serves run after run on its control channel, each in an isolate of its own."""
+        return self.spec.supervisor
+
+    async def isolates_gone(self) -> bool:
+        """After a supervisor reported a run's end: within ``ISOLATE_EXIT_TIMEOUT``, the process has no isolate
+        thread left but the one warming up for the next run (a run's Worker in a loop of synchronous ops outlives
+        its ``terminate()``). Checked here, in the host's view of the process (``/proc/<pid>/task``); False
+        when it cannot be checked."""
+        pid = self.program_pid or _program_pid(self.process.pid, _SUPERVISOR_COMM)
+        if pid is None:
+            return False
+        self.program_pid = pid
+        deadline = anyio.current_time() + ISOLATE_EXIT_TIMEOUT
+        while True:
+            threads = _isolate_threads(pid)
+            if threads is not None and threads <= 1:
+                return True
+            if threads is None or anyio.current_time() >= deadline:
+                return False
+            await anyio.sleep(0.001)
 
     async def send(self, message: dict[str, Any]) -> None:
         """Send on the control channel (the worker's stdin)."""
@@ -198,6 +233,39 @@ class Worker:
 
     def stderr_tail(self) -> str:
         return "".join(self.stderr).strip()
+
+
+def _program_pid(root: int, comm: str) -> int | None:
+    """The process named ``comm`` at or below ``root`` (the worker's sandbox: bwrap, its init, the program)."""
+    frontier, looked = [root], 0
+    while frontier and looked < 16:
+        pid = frontier.pop(0)
+        looked += 1
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as name:
+                if name.read().strip() == comm:
+                    return pid
+            with open(f"/proc/{pid}/task/{pid}/children", encoding="utf-8") as children:
+                frontier += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _isolate_threads(pid: int) -> int | None:
+    """How many isolate threads the process has now (None: it cannot be read)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    count = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm", encoding="utf-8") as name:
+                count += name.read().startswith(_ISOLATE_THREAD)
+        except OSError:
+            continue  # a thread that just ended
+    return count
 
 
 async def open_worker(
@@ -424,19 +492,31 @@ class WorkerPool:
             async for chunk in stderr:
                 worker.stderr.append(chunk.decode("utf-8", "replace"))
 
-    async def acquire(self) -> Worker:
-        """An idle worker; else one that is about to be (back from a run, or starting); else a new one."""
+    def _take(self, owner: str | None) -> Worker | None:
+        """An idle worker this owner may have: one that served only its runs, else one that served none."""
+        for wanted in ((owner,) if owner is not None else ()) + (None,):
+            for worker in self._ready:
+                if worker.owner == wanted:
+                    self._ready.remove(worker)
+                    return worker
+        return None
+
+    async def acquire(self, owner: str | None = None) -> Worker:
+        """An idle worker; else one that is about to be (back from a run, or starting); else a new one. A worker
+        that served another owner's runs (a supervisor's ``Worker.owner``) is never handed out: when it is all
+        that is idle, the oldest such one is killed to make room."""
         self._busy += 1
         if not self._ready and self._returning == 0 and self._served > 0:
             self._target = self._size  # a run that needs a new worker: the pool keeps its full size from now on
         self._served += 1
         try:
             while True:
-                while self._ready:
-                    worker = self._ready.popleft()
+                while (worker := self._take(owner)) is not None:
                     if worker.process.returncode is None:
                         return worker
                     await worker.kill()
+                if self._ready:  # idle, but another owner's
+                    await self._ready.popleft().kill()
                 if self._starting <= self._waiters:
                     return await self.spawn()
                 arrived = self._arrived
@@ -474,11 +554,12 @@ class WorkerPool:
         self._tg.start_soon(self._await_ready, worker)
 
     async def _await_ready(self, worker: Worker) -> None:
-        """After a clean run: the zygote reports the run's end within ``REAP_TIMEOUT`` and is ready again
-        within ``READY_TIMEOUT``, or it is killed (a run whose process outlives its ``done`` costs its worker)."""
+        """After a clean run: the zygote (or supervisor) reports the run's end within ``REAP_TIMEOUT`` and is ready
+        again within ``READY_TIMEOUT``, or it is killed (a run whose process, or a supervisor's run whose isolate,
+        outlives its ``done`` costs its worker)."""
         ready = False
         try:
-            if await worker.await_exit() is not None:
+            if await worker.await_exit() is not None and (not worker.supervisor or await worker.isolates_gone()):
                 with anyio.move_on_after(READY_TIMEOUT):
                     ready = await worker.await_ready()
         except (RunnerError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):

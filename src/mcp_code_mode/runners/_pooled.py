@@ -44,6 +44,10 @@ MAX_CALLS_IN_HAND = 1024
 many reach servers at once (``CODE_MODE_MAX_CONCURRENT_CALLS``)."""
 
 
+MAX_SUPERVISED_RUNS = 100
+"""Runs one supervisor (the ``deno`` runner's isolate mode) serves before it is replaced."""
+
+
 class Dialect(Protocol):
     """What a kind of worker speaks and how it is used."""
 
@@ -84,14 +88,16 @@ def command_launcher(
     reads: Callable[[], Sequence[str | Path]],
     env: Mapping[str, str],
     memory_mb: int | None = None,
+    supervisor: bool = False,
 ) -> Launcher:
     """Launch ``argv``, a program that runs user code itself (a Deno worker), in the sandbox: its own
     namespaces where they exist, ``reads()`` (evaluated at each launch) bound read-only, and the rlimits
-    of ``Limits.for_process`` applied before it starts."""
+    of ``Limits.for_process`` applied before it starts. ``supervisor``: a program that runs each run in an
+    isolate of its own, on a control channel at fds 3 and 4 (``SandboxSpec.supervisor``)."""
 
     def launch(profile: Profile) -> SandboxSpec:
         limits = sandbox.limits.for_process(memory_mb=memory_mb)
-        return sandbox.command_spec(argv, profile, reads=reads(), env=env, limits=limits)
+        return sandbox.command_spec(argv, profile, reads=reads(), env=env, limits=limits, supervisor=supervisor)
 
     return launch
 
@@ -266,10 +272,11 @@ class WorkerPools:
 
         The run's channel is served by the bridge's host loop (``serve_run``), which believes nothing
         but the run's own ``call``, ``output`` and ``done``. The worker goes back to its pool only when
-        it is a zygote (``reuse_workers``) that reports the run's end and says ``ready`` again.
+        it is a zygote (``reuse_workers``) that reports the run's end and says ``ready`` again, or a supervisor
+        that does so, whose run's isolate is gone, and which keeps serving the run's owner (``_keep_supervisor``).
         """
         pool = self.pool_for(self.dialect.profile_for(request))
-        worker = await pool.acquire()
+        worker = await pool.acquire(request.owner)
         started = time.perf_counter()
         clean = done = False
         try:
@@ -277,7 +284,7 @@ class WorkerPools:
             result, ended = await self._serve(worker, request, dispatcher, message)
             if ended == "done":
                 done = True
-                clean = worker.zygote
+                clean = worker.zygote or (worker.supervisor and self._keep_supervisor(worker, request, started))
                 self._explain_memory(result)
             elif ended == "closed":
                 result.error = (await self._died(worker)).error
@@ -289,7 +296,7 @@ class WorkerPools:
         finally:
             with anyio.CancelScope(shield=True):
                 await worker.drop_channel()  # nothing more is read from this run
-                if done and not worker.zygote:
+                if done and not clean and not worker.zygote:
                     # A one-run worker after its done: killed now, reaped by the pool after the answer.
                     worker.signal()
                 elif not clean:
@@ -298,6 +305,17 @@ class WorkerPools:
             pool.release(worker, clean=clean and self.dialect.reuse_workers)
         result.execution_time = round((time.perf_counter() - started) * 1000)
         return result
+
+    def _keep_supervisor(self, worker: Worker, request: RunRequest, started: float) -> bool:
+        """Whether a supervisor serves another run after this clean one: only for the same owner (a run without
+        one costs it), and within ``MAX_SUPERVISED_RUNS`` and half its CPU rlimit in runs' wall time."""
+        worker.runs_served += 1
+        worker.run_seconds += time.perf_counter() - started
+        if request.owner is None or worker.owner not in (None, request.owner):
+            return False
+        worker.owner = request.owner
+        budget = self.sandbox.limits.cpu_seconds / 2
+        return worker.runs_served < MAX_SUPERVISED_RUNS and worker.run_seconds < budget
 
     async def open_session(self, request: RunRequest) -> PooledSession:
         """A worker for a session, taken out of its profile's pool (which starts a replacement)."""

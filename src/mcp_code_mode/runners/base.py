@@ -81,6 +81,9 @@ class RunRequest:
     """Receives the script's ``report_progress`` figures, at the host's pace (``bridge.serve_run``)."""
     session_memory_mb: int | None = None
     """Set for a session's runs: the memory its worker may use (the whole session's, set at its first run)."""
+    owner: str | None = None
+    """Whose run this is (tenant and client). A worker that serves several runs in one process (the ``deno``
+    runner's isolate mode) serves runs of its first run's owner only; a run without one costs its worker."""
     files: FileSink | None = None
     """Where the run's workspace files and shown images go (the engine's ``artifacts.RunFiles``); None keeps none:
     the run message then carries no ``artifacts`` caps and the sandbox sends no file's bytes."""

@@ -13,6 +13,13 @@ time in its own empty workspace, with these permissions and nothing else:
 The process runs exactly one script and exits (a session's process runs its session's scripts, then is
 killed); the pool starts the next one in the background. A
 timeout kills the process group. The cache (``DENO_DIR``) is ``Settings.deno_dir``.
+
+In isolate mode (``CODE_MODE_DENO_ISOLATES``) the pool's processes are supervisors (``deno_supervisor.ts``)
+instead, each serving run after run of one owner (``RunRequest.owner``), every run in a web Worker of its own
+with the permissions above (the workspace, the network when the run may use it, nothing else), the next one
+started while a run runs. A supervisor never runs user code itself, is killed after a timeout, a refused
+message or a run whose isolate outlives its ``done`` (``Worker.isolates_gone``), and is replaced after
+``MAX_SUPERVISED_RUNS``. Sessions keep a process of their own (an empty pool of ``deno_worker.ts`` processes).
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ from .base import (
 logger = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("deno_worker.ts")
+SUPERVISOR = WORKER.with_name("deno_supervisor.ts")
+"""The isolate mode's process (``CODE_MODE_DENO_ISOLATES``): it runs each run's ``WORKER`` in a web Worker."""
 RUNTIME = WORKER.with_name("worker_runtime.ts")
 """The module the Deno and Pyodide workers share (line protocol, output, tool calls, return values)."""
 MAX_HEAP_MB = 1024
@@ -89,7 +98,7 @@ def _worker_key(deno: str) -> str:
     digest = hashlib.sha256(b"transpiled modules and V8's code cache\0")  # what a matching stamp vouches for
     info = os.stat(deno)
     digest.update(f"{Path(deno).resolve()}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
-    for source in (WORKER, RUNTIME):
+    for source in (WORKER, RUNTIME, SUPERVISOR):
         digest.update(source.read_bytes())
     return digest.hexdigest()
 
@@ -147,7 +156,7 @@ INFO = RunnerInfo(
     default_for=("javascript", "typescript"),
     order=40,
     keeps_off_network=True,  # the worker revokes Deno's net permission before a run without the network
-    settings=("pool_size", "deno_dir", "limit_memory_mb"),
+    settings=("pool_size", "deno_dir", "deno_isolates", "limit_memory_mb"),
     awaitable_stubs="every stub returns a promise: `await server.tool({...})`, `Promise.all([...])`",
     sessions=True,
 )
@@ -190,13 +199,27 @@ class DenoDialect:
             result.error = explained
 
 
+class DenoIsolateDialect(DenoDialect):
+    """A supervisor serves run after run (of one owner: ``WorkerPools._keep_supervisor``), each in an isolate."""
+
+    reuse_workers = True
+    spawn_delay = 0.0
+
+
 class DenoRunner(PooledRunner):
     """JavaScript and TypeScript on Deno workers (one run each), with npm packages from the allow-list."""
 
     info = INFO
 
     def __init__(
-        self, *, sandbox: Sandbox, pool_size: int, deno_dir: Path, whitelist: Whitelist, deno: str | None = None
+        self,
+        *,
+        sandbox: Sandbox,
+        pool_size: int,
+        deno_dir: Path,
+        whitelist: Whitelist,
+        deno: str | None = None,
+        isolates: bool = False,
     ) -> None:
         self.sandbox = sandbox
         self.deno = deno or deno_binary()
@@ -205,7 +228,8 @@ class DenoRunner(PooledRunner):
         self._check = npm.checker(whitelist)
         self.check_packages = self._check
         self.import_map = deno_dir / "mcp-code-mode-import-map.json"
-        argv = [
+        self.isolates = isolates
+        common = [
             self.deno,
             "run",
             "--quiet",
@@ -215,33 +239,59 @@ class DenoRunner(PooledRunner):
             "--no-remote",
             "--cached-only",
             f"--import-map={self.import_map}",
-            "--allow-read=.",
-            "--allow-write=.",
             "--allow-net",
-            # Only for a session's run, which opens an inspector session for V8's REPL mode before the script;
-            # revoked before any script runs, session or not.
-            "--allow-sys=inspector",
             # Only the proxy variables, which name the run's egress forwarder: npm clients (axios) read them.
             "--allow-env=" + ",".join(PROXY_ENV),
             f"--v8-flags=--max-old-space-size={MAX_HEAP_MB}",
+        ]
+        argv = [
+            *common,
+            "--allow-read=.",
+            "--allow-write=.",
+            # Only for a session's run, which opens an inspector session for V8's REPL mode before the script;
+            # revoked before any script runs, session or not.
+            "--allow-sys=inspector",
             str(WORKER),
         ]
         self._worker_argv = argv
         env = deno_env(deno_dir)
         # The CA bundle named by DENO_CERT is read when Deno starts, network or not: the sandbox shows it.
         bundle = [env["DENO_CERT"]] if "DENO_CERT" in env else []
-        reads = lambda: [self.deno, WORKER, RUNTIME, self.deno_dir, *bundle]  # noqa: E731
-        launcher = command_launcher(sandbox, argv, reads=reads, env=env)
+        reads = lambda: [self.deno, WORKER, RUNTIME, SUPERVISOR, self.deno_dir, *bundle]  # noqa: E731
+        default_profile = Profile(network=sandbox.network_by_default())
         # A worker starts with --allow-net and revokes it before a script that may not use it; its sandbox
         # has the network (a profile of its own) only for runs that may use it.
-        self.workers = WorkerPools(
-            "deno",
-            launcher,
+        # In isolate mode these serve sessions only, each started when its session opens (no warm one).
+        processes = WorkerPools(
+            "deno sessions" if isolates else "deno",
+            command_launcher(sandbox, argv, reads=reads, env=env),
             DenoDialect(),
             sandbox=sandbox,
-            pool_size=pool_size,
-            default_profile=Profile(network=sandbox.network_by_default()),
+            pool_size=0 if isolates else pool_size,
+            default_profile=default_profile,
         )
+        self.session_workers: WorkerPools | None = None
+        if isolates:
+            # The supervisor's control channel is fds 3 and 4, which only it may open; a run's Worker reads the
+            # workspace and its program's two files, and writes the workspace.
+            supervisor = [
+                *common,
+                "--unstable-worker-options",
+                f"--allow-read=.,/proc/self/fd/3,{WORKER},{RUNTIME}",
+                "--allow-write=.,/proc/self/fd/4",
+                str(SUPERVISOR),
+            ]
+            self.workers = WorkerPools(
+                "deno",
+                command_launcher(sandbox, supervisor, reads=reads, env=env, supervisor=True),
+                DenoIsolateDialect(),
+                sandbox=sandbox,
+                pool_size=pool_size,
+                default_profile=default_profile,
+            )
+            self.session_workers = processes
+        else:
+            self.workers = processes
         self._cached: set[str] = set()
         self._cache_lock = anyio.Lock()
 
@@ -262,6 +312,13 @@ class DenoRunner(PooledRunner):
                     tmp.write_text(key, encoding="utf-8")
                     tmp.replace(stamp)
         await super().start()
+        if self.session_workers is not None:
+            await self.session_workers.start()
+
+    async def aclose(self) -> None:
+        if self.session_workers is not None:
+            await self.session_workers.aclose()
+        await super().aclose()
 
     async def _compile_worker(self) -> bool:
         """Put the worker program's compiled forms into Deno's cache, which workers see read-only: its modules
@@ -270,7 +327,7 @@ class DenoRunner(PooledRunner):
         exits; no script is involved). Without the code cache every worker compiles the program again (about
         170 ms of each first run). Done once for this Deno and these sources (``start``'s stamp)."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **deno_env(self.deno_dir)}
-        argv = [self.deno, "cache", "--quiet", "--no-config", "--no-lock", str(WORKER)]
+        argv = [self.deno, "cache", "--quiet", "--no-config", "--no-lock", str(WORKER), str(SUPERVISOR)]
         done = await anyio.run_process(argv, env=env, check=False, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             logger.warning("deno: could not compile the worker program ahead: %s", done.stderr[-500:])
@@ -287,7 +344,7 @@ class DenoRunner(PooledRunner):
 
     @property
     def isolation(self) -> str:
-        return self.sandbox.isolation + "+deno-permissions"
+        return self.sandbox.isolation + ("+v8-isolate" if self.isolates else "") + "+deno-permissions"
 
     def authorized_imports(self, package_imports: tuple[str, ...]) -> tuple[str, ...] | None:
         return None  # Deno's permissions and the sandbox decide; npm packages come from the allow-list
@@ -296,7 +353,7 @@ class DenoRunner(PooledRunner):
         return {"deno": distribution_version("deno")}
 
     def describe(self) -> dict[str, Any]:
-        return {**self.workers.describe(), "heapMb": MAX_HEAP_MB}
+        return {**self.workers.describe(), "heapMb": MAX_HEAP_MB, "isolates": self.isolates}
 
     async def run(self, request: RunRequest, dispatcher: ToolDispatcher) -> RunResult:
         plan = npm.plan(request.code, request.packages, self._check)  # PackageError for packages not allowed
@@ -308,7 +365,7 @@ class DenoRunner(PooledRunner):
         return await self.workers.run(request, dispatcher, {"packages": packages})
 
     async def open_session(self, request: RunRequest) -> DenoSession:
-        return DenoSession(self, await self.workers.open_session(request))
+        return DenoSession(self, await (self.session_workers or self.workers).open_session(request))
 
     async def check(self, request: CheckRequest) -> list[dict[str, Any]]:
         """Type errors of a script against the tool declarations (see ``_typecheck``).
@@ -383,6 +440,7 @@ def build(context: RunnerContext) -> DenoRunner:
         pool_size=settings.pool_size,
         deno_dir=default_deno_dir(settings),
         whitelist=context.whitelist,
+        isolates=settings.deno_isolates,
     )
 
 
@@ -405,4 +463,4 @@ def diagnose(settings: Settings) -> list[Diagnosis]:
     return [check_deno(find_deno())]
 
 
-PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER, RUNTIME))
+PLUGIN = RunnerPlugin(INFO, build, diagnose, sources=(WORKER, RUNTIME, SUPERVISOR))

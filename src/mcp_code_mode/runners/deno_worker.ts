@@ -31,8 +31,8 @@
  */
 
 import { Console } from "node:console";
-import { Session as Inspector } from "node:inspector";
-import { createRequire, isBuiltin, stripTypeScriptTypes } from "node:module";
+import type { Session as Inspector } from "node:inspector";
+import type * as NodeModule from "node:module";
 import process from "node:process";
 import {
   badNames,
@@ -59,6 +59,23 @@ import {
   type WorkspaceFiles,
 } from "./worker_runtime.ts";
 
+/** Run by deno_supervisor.ts as a web Worker (isolate mode): one run in this isolate, messages by postMessage. */
+const IN_ISOLATE = typeof (globalThis as { WorkerGlobalScope?: unknown }).WorkerGlobalScope === "function";
+
+/** The parts of Deno's core that tell an isolate's end of run (see `idle`). */
+interface Core {
+  promiseIdSymbol: symbol;
+  hasPromise(id: number): boolean;
+  unrefOpPromise(promise: object): void;
+  refOpPromise(promise: object): void;
+  eventLoopHasMoreWork(): boolean;
+  setLeakTracingEnabled(enabled: boolean): void;
+  /** With leak tracing on: the kinds of what is pending (0 an async op, 2 a timer or interval), each to an id. */
+  getAllLeakTraces(): Map<number, unknown>;
+}
+const internals = (Deno as unknown as Record<symbol, { core: Core }>)[(Deno as unknown as { internal: symbol }).internal];
+const core: Core | null = IN_ISOLATE ? internals.core : null;
+
 // Deno's internals (`Deno[Deno.internal]`: its core ops, the inspector's helpers, resource ids of its pipes) are
 // this program's to use, never a script's: gone before any script runs. Deno's own code holds them by import.
 delete (Deno as unknown as Record<symbol, unknown>)[(Deno as unknown as { internal: symbol }).internal];
@@ -67,6 +84,11 @@ delete (Deno as unknown as Record<symbol, unknown>)[(Deno as unknown as { intern
 
 const stringify = JSON.stringify;
 const parse = JSON.parse;
+// node:module and node:inspector are loaded when a run needs them (require(), a session): about 10 ms of every
+// worker's start otherwise.
+const builtinModule = (process as unknown as { getBuiltinModule(name: string): unknown }).getBuiltinModule.bind(process);
+let nodeModule: typeof NodeModule | null = null;
+const moduleApi = (): typeof NodeModule => (nodeModule ??= builtinModule("node:module") as typeof NodeModule);
 const realStdout = Deno.stdout;
 const realStdin = Deno.stdin;
 const realExit: (code?: number) => never = Deno.exit;
@@ -85,8 +107,46 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const WORKER_URL = import.meta.url;
 
-const writer = new MessageWriter((p) => realStdout.writeSync(p));
-const reader = new LineReader((p) => realStdin.read(p), (p) => realStdin.readSync(p), () => realExit(0));
+const realPostMessage: (message: unknown, transfer?: Transferable[]) => void = IN_ISOLATE
+  ? (globalThis as unknown as { postMessage: (m: unknown, t?: Transferable[]) => void }).postMessage.bind(globalThis)
+  : () => {};
+
+/** The host's lines in isolate mode: the supervisor forwards each (a string) by postMessage. */
+class Inbox {
+  private readonly chunks: Uint8Array[] = [];
+  private wake: (() => void) | null = null;
+
+  push(line: string): void {
+    this.chunks.push(encoder.encode(line + "\n"));
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  async read(p: Uint8Array): Promise<number> {
+    while (this.chunks.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
+    const first = this.chunks[0];
+    const count = Math.min(p.length, first.length);
+    p.set(first.subarray(0, count));
+    if (count === first.length) this.chunks.shift();
+    else this.chunks[0] = first.subarray(count);
+    return count;
+  }
+}
+const inbox = new Inbox();
+
+const writer = IN_ISOLATE
+  ? new MessageWriter((p) => (realPostMessage(p), p.length))
+  : new MessageWriter((p) => realStdout.writeSync(p));
+const reader = IN_ISOLATE
+  ? new LineReader(
+    (p) => inbox.read(p),
+    () => {
+      throw new Error("an isolate reads nothing synchronously");
+    },
+    () => realExit(0),
+  )
+  : new LineReader((p) => realStdin.read(p), (p) => realStdin.readSync(p), () => realExit(0));
 
 /** The next message from the host (waiting for the run); the process exits when the host has gone. */
 async function receive(): Promise<Message> {
@@ -369,11 +429,14 @@ function interop(namespace: Record<string, unknown>): unknown {
 }
 
 function defineRequire(loaded: Map<string, Record<string, unknown>>): void {
-  const nodeRequire = createRequire(`file://${Deno.cwd()}/`);
+  const base = `file://${Deno.cwd()}/`;
+  let nodeRequire: NodeJS.Require | null = null;
   (globalThis as Record<string, unknown>).require = function require(name: string): unknown {
     const found = loaded.get(name);
     if (found) return interop(found);
-    if (typeof name === "string" && isBuiltin(name)) return nodeRequire(name);
+    if (typeof name === "string" && moduleApi().isBuiltin(name)) {
+      return (nodeRequire ??= moduleApi().createRequire(base))(name);
+    }
     throw new Error(
       `Cannot find module '${name}': require() loads Node.js built-ins and allowed npm packages named ` +
         "with a string literal, e.g. require('axios') (see list_allowed_packages)",
@@ -486,6 +549,13 @@ function failInSession(error: unknown): void {
 
 // The script's event loop is empty: it has finished, as a Node.js program would. (A script whose
 // top-level await can never settle makes Deno exit with an error instead; the host reports that.)
+/** As runners/_deno_errors.py says it for a process, whose Deno exits with the line of the await (not known here). */
+const AWAIT_NEVER_SETTLES: ErrorJson = {
+  type: "Error",
+  message: "the script awaits a promise that never settles (nothing is left that could resolve it)",
+  line: null,
+  traceback: null,
+};
 const NEVER_SETTLES: ErrorJson = {
   type: "Error",
   message: "the script's default export is a promise that never settles (nothing is left that could resolve it)",
@@ -540,7 +610,9 @@ async function run(message: RunMessage): Promise<void> {
     for (const { name, specifier } of message.packages) loaded.set(name, await import(specifier));
     defineRequire(loaded);
     const kind = message.language === "typescript" ? "typescript" : "javascript";
+    evaluating = true;
     const module = await import(`data:application/${kind};base64,${encodeBase64(message.code)}`);
+    evaluating = false;
     returnValue = await module.default;
   } catch (error) {
     fail(error);
@@ -558,12 +630,14 @@ async function run(message: RunMessage): Promise<void> {
 // did not await go on in the background, into the next run. Its value is the last expression statement's.
 
 let inspector: Inspector | null = null;
-const inspectorPost = Inspector.prototype.post as unknown as (
+type InspectorPost = (
   this: Inspector | null,
   method: string,
   params: Record<string, unknown>,
   callback: (error: Error | null, result: Record<string, unknown>) => void,
 ) => void;
+/** The inspector's `post`, taken at the session's first run, before its script (a script may replace it later). */
+let inspectorPost: InspectorPost | null = null;
 const CAPTURE = `__codeModeCapture${crypto.randomUUID().replaceAll("-", "")}`;
 let captured: unknown = undefined;
 const sessionPackages = new Map<string, Record<string, unknown>>();
@@ -577,7 +651,7 @@ interface RemoteObject {
 
 function post(method: string, params: Record<string, unknown>): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
-    inspectorPost.call(inspector, method, params, (error: Error | null, result: Record<string, unknown>) => {
+    inspectorPost!.call(inspector, method, params, (error: Error | null, result: Record<string, unknown>) => {
       if (error) reject(error);
       else resolve(result ?? {});
     });
@@ -609,9 +683,9 @@ function sessionSource(message: RunMessage): string {
   let code = message.code;
   if (message.language === "typescript") {
     try {
-      code = stripTypeScriptTypes(code, { mode: "strip" });
+      code = moduleApi().stripTypeScriptTypes(code, { mode: "strip" });
     } catch {
-      code = stripTypeScriptTypes(code, { mode: "transform" }); // enums and namespaces
+      code = moduleApi().stripTypeScriptTypes(code, { mode: "transform" }); // enums and namespaces
     }
   }
   return code;
@@ -620,7 +694,10 @@ function sessionSource(message: RunMessage): string {
 async function runInSession(message: RunMessage, first: boolean): Promise<void> {
   if (first) {
     if (!message.allow_network) Deno.permissions.revokeSync({ name: "net" });
-    inspector = new Inspector();
+    const { Session } = builtinModule("node:inspector") as typeof import("node:inspector");
+    inspectorPost = Session.prototype.post as unknown as InspectorPost;
+    inspector = new Session();
+    moduleApi(); // node:module too, before any script of the session
     inspector.connect();
     Deno.permissions.revokeSync({ name: "sys", kind: "inspector" } as unknown as Deno.PermissionDescriptor);
     inSession = true;
@@ -703,6 +780,111 @@ function explainingFetch(input: RequestInfo | URL, init?: RequestInit): Promise<
   });
 }
 
+// ----- isolate mode: one run in a web Worker of deno_supervisor.ts ----------------------------------------
+//
+// The supervisor forwards the host's lines (strings) and sends {op: "run"} and {op: "tick"} (objects). A Worker's
+// event loop is never empty (the runtime always waits for the next message), so the end of a run is found here:
+// at each tick, once the script's module has evaluated and no tool call waits for its answer, the runtime's
+// pending message receive is unreferenced for one synchronous look at whether anything else is left (timers,
+// reads, fetches, promises the script did not await). A default export that can never settle is found the same
+// way; a top-level await that cannot (a module's evaluation counts as work) once nothing that could settle it has
+// been pending for STALLED_MS (no call, no timer, no op).
+
+let scanFrom = 0;
+
+/** The pending op promises, oldest first (the last one, in a microtask of a message, is the runtime's receive). */
+function pendingOps(core: Core): number[] {
+  const pending: number[] = [];
+  let gap = 0;
+  for (let id = scanFrom; gap < 1000; id++) {
+    if (core.hasPromise(id)) {
+      pending.push(id);
+      gap = 0;
+    } else gap++;
+  }
+  if (pending.length > 0) scanFrom = pending[0];
+  return pending;
+}
+
+/** Whether nothing but the runtime's message receive is left in this isolate's event loop. */
+function loopIsIdle(core: Core): boolean {
+  const receive = pendingOps(core).at(-1);
+  if (receive === undefined) return false;
+  // The newest pending op promise, in a microtask of a message: the receive the runtime issued for the next one.
+  // Were it another, this reads true (the receive still counts): a wrong pick only puts the end off.
+  const promise = { [core.promiseIdSymbol]: receive };
+  core.unrefOpPromise(promise);
+  const more = core.eventLoopHasMoreWork();
+  core.refOpPromise(promise);
+  return !more;
+}
+
+/** How long a top-level await may wait with nothing left that could settle it (no call, timer or op) before the
+ * run ends as one that never settles: a module's pending evaluation counts as work, so it is told apart this way. */
+const STALLED_MS = 1000;
+let evaluating = false;
+let stalledSince: number | null = null;
+
+function checkEnd(): void {
+  if (core === null || tools.pending > 0 || (phase !== "running" && phase !== "evaluated")) return;
+  if (loopIsIdle(core)) {
+    // Evaluated: the run is over. Still running (awaiting its default export): nothing is left to settle it.
+    if (phase === "evaluated") finish(true);
+    else finish(false, NEVER_SETTLES);
+    return;
+  }
+  const waiting = evaluating && pendingOps(core).length <= 1 && !core.getAllLeakTraces().has(2);
+  if (!waiting) {
+    stalledSince = null;
+  } else if (stalledSince === null) {
+    stalledSince = performance.now();
+  } else if (performance.now() - stalledSince >= STALLED_MS) {
+    finish(false, AWAIT_NEVER_SETTLES);
+  }
+}
+
+function onSupervisorMessage(event: Event): void {
+  const data: unknown = (event as MessageEvent).data;
+  if (typeof data === "string") {
+    inbox.push(data);
+    return;
+  }
+  if (!isJsonObject(data)) return;
+  if (data.op === "tick") {
+    queueMicrotask(checkEnd);
+  } else if (data.op === "run" && phase === "waiting") {
+    let checked: RunMessage;
+    try {
+      checked = parseRunMessage(data);
+    } catch (error) {
+      phase = "running";
+      fail(new Error(`the run message is not valid: ${(error as Error).message}`));
+    }
+    const proxy = isJsonObject(data.proxy) ? data.proxy : {};
+    process.env = Object.fromEntries(
+      PROXY_VARIABLES.flatMap((name) => (typeof proxy[name] === "string" && proxy[name] ? [[name, proxy[name]]] : [])),
+    );
+    if (typeof proxy.HTTPS_PROXY === "string" && proxy.HTTPS_PROXY) globalThis.fetch = explainingFetch;
+    run(checked);
+  }
+}
+
+async function mainInIsolate(): Promise<void> {
+  core!.setLeakTracingEnabled(true); // for checkEnd: whether a timer is pending
+  captureOutput();
+  output.reset(0);
+  console.log("warm", 1, { a: [1.5, "b"] }, new Error("warm").message);
+  output.reset();
+  process.env = {};
+  Deno.exit = exitWith;
+  process.exit = exitWith as typeof process.exit;
+  define(globalThis, "close", () => exitWith(0)); // a Worker's own close(): the run ends as by exit()
+  delete (globalThis as Record<string, unknown>).Worker; // a run starts no isolate of its own
+  await import(`data:application/typescript;base64,${encodeBase64("export const warm: number = 1;")}`);
+  addEventListener("message", onSupervisorMessage);
+  realPostMessage({ op: "ready" });
+}
+
 async function main(): Promise<void> {
   // Everything that does not depend on the run is done before saying ready: capturing output,
   // hiding the environment, warming up the TypeScript transpiler and the module loader.
@@ -739,4 +921,5 @@ async function main(): Promise<void> {
   }
 }
 
-main();
+if (IN_ISOLATE) mainInIsolate();
+else main();

@@ -282,6 +282,11 @@ export class ToolChannel {
 
   constructor(private readonly writer: MessageWriter, private readonly reader: LineReader, private readonly output: Output) {}
 
+  /** Calls sent by `request` whose answer has not come yet. */
+  get pending(): number {
+    return this.waiting.size;
+  }
+
   /** Send a call now and wait, in the event loop, for its `result` line (unparsed). Calls made together
    * (`Promise.all`) are all sent at once; the host answers several at a time, each with its id, in the
    * order they finish, and one reader hands each line to its caller. */

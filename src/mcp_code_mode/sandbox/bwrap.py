@@ -193,11 +193,13 @@ class BwrapSandbox(Sandbox):
         reads: Sequence[str | Path],
         env: Mapping[str, str],
         limits: Mapping[str, int],
+        supervisor: bool = False,
     ) -> SandboxSpec:
         """A sandbox for a program that runs user code itself (Deno): the same namespaces, tmpfs workspace
         and system binds as a zygote's, read-only binds of ``reads`` (at their host paths), and
         ``cm_launch.py`` in front, which drops to the worker's own uid, applies ``limits`` (rlimits),
-        dies with its parent and installs the seccomp filter before it becomes ``argv``."""
+        dies with its parent and installs the seccomp filter before it becomes ``argv`` (``supervisor``: on fds 3 and
+        4, ``cm_launch.py --control-fds``)."""
         uid = self.uids.take()
         cgroup = self._cgroup(limits.get("data", self.limits.memory_mb << 20) >> 20)
         binds = _Binds()
@@ -216,6 +218,8 @@ class BwrapSandbox(Sandbox):
         if gate is not None:
             binds.bind(str(gate), SANDBOX_EGRESS)
             launch += ["--egress", f"{SANDBOX_EGRESS}/{SOCKET_NAME}"]
+        if supervisor:
+            launch.append("--control-fds")
         full = self._namespaces(profile) + binds.argv + ["--ro-bind", str(WORKER_DIR), SANDBOX_WORKER_DIR]
         full += ["--chdir", SANDBOX_WORKSPACE, "--", *launch, "--", *argv]
         return SandboxSpec(
@@ -228,6 +232,7 @@ class BwrapSandbox(Sandbox):
             cgroup=cgroup,
             egress=gate,
             egress_owner=owner if gate is not None else None,
+            supervisor=supervisor,
         )
 
     def close(self) -> None:

@@ -122,6 +122,9 @@ class SandboxSpec:
     """Whether pids the worker reports are valid on the host (false inside a pid namespace)."""
     zygote: bool = False
     """A zygote worker: the pool gives it a socket for run channels (``--runs-fd``)."""
+    supervisor: bool = False
+    """A program that serves run after run on its control channel, each run in an isolate of its own (the ``deno``
+    runner's isolate mode), never running user code itself."""
     cgroup: Path | None = None
     """The worker's own memory cgroup (removed when it is gone)."""
     egress: Path | None = None
@@ -233,21 +236,26 @@ class Sandbox:
         reads: Sequence[str | Path],
         env: Mapping[str, str],
         limits: Mapping[str, int],
+        supervisor: bool = False,
     ) -> SandboxSpec:
         """A program that runs user code itself (Deno), in a fresh host workspace, behind ``cm_launch.py``
-        (rlimits, death with its parent, the seccomp filter). ``reads`` matter only to a namespaced sandbox."""
+        (rlimits, death with its parent, the seccomp filter). ``reads`` matter only to a namespaced sandbox.
+        ``supervisor``: the program serves run after run on fds 3 and 4 (``cm_launch.py --control-fds``)."""
         workspace = make_workspace(self.settings.workspace_dir)
         launch = [sys.executable, "-I", "-S", str(WORKER_DIR / "cm_launch.py")]
         launch += [f"--limit={name}={value}" for name, value in limits.items()]
         gate = self.gate(profile)
         if gate is not None:
             launch += ["--egress", str(gate / SOCKET_NAME)]
+        if supervisor:
+            launch.append("--control-fds")
         return SandboxSpec(
             argv=[*launch, "--", *argv],
             env=sandbox_environment(str(workspace)) | without_proxies(env),
             cwd=workspace,
             workspace=workspace,
             egress=gate,
+            supervisor=supervisor,
         )
 
     def release(self, spec: SandboxSpec) -> None:

@@ -1,9 +1,11 @@
 """Start a program inside the sandbox the way the zygote starts a run: standard library only.
 
-``python -I -S cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--limit=NAME=VALUE ...] --
-PROGRAM ARGS...`` joins the worker's cgroup, drops to the sandbox uid, applies the rlimits, dies with its
-parent, installs the seccomp filter (``cm_os``), with ``--egress`` forks the loopback forwarder to the
-host's egress proxy (``cm_egress``) and names it in the environment, and then becomes PROGRAM
+``python -I -S cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--control-fds]
+[--limit=NAME=VALUE ...] -- PROGRAM ARGS...`` joins the worker's cgroup, drops to the sandbox uid, applies
+the rlimits, dies with its parent, installs the seccomp filter (``cm_os``), with ``--egress`` forks the
+loopback forwarder to the host's egress proxy (``cm_egress``) and names it in the environment, with
+``--control-fds`` moves its stdin and stdout to fds 3 and 4 (the control channel of the ``deno`` runner's
+supervisor, leaving PROGRAM /dev/null as stdin and its stderr as stdout), and then becomes PROGRAM
 (``execv``): the Deno workers of the ``deno`` and ``pyodide`` runners, and ``deno check``. Everything it
 sets survives the ``execv``; nothing of it can be undone by PROGRAM.
 """
@@ -25,7 +27,10 @@ from cm_os import (
     yield_to_the_server,
 )
 
-USAGE = "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--limit=NAME=VALUE ...] -- PROGRAM ARGS..."
+USAGE = (
+    "cm_launch.py [--cgroup DIR] [--drop UID:GID] [--egress SOCKET] [--control-fds] [--limit=NAME=VALUE ...] -- "
+    "PROGRAM ARGS..."
+)
 
 
 def main(argv: list[str]) -> None:
@@ -34,6 +39,7 @@ def main(argv: list[str]) -> None:
     drop: str | None = None
     egress: str | None = None
     limits: dict[str, int] = {}
+    control = False
     rest = list(argv)
     while rest and rest[0] != "--":
         option = rest.pop(0)
@@ -45,6 +51,8 @@ def main(argv: list[str]) -> None:
                 drop = value
             else:
                 egress = value
+        elif option == "--control-fds":
+            control = True
         elif option.startswith("--limit="):
             name, _, value = option.removeprefix("--limit=").partition("=")
             if name not in LIMIT_NAMES:
@@ -60,6 +68,9 @@ def main(argv: list[str]) -> None:
     yield_to_the_server()
     if drop:
         uid, gid = (int(part) for part in drop.split(":"))
+        if control:  # the host's pipes: the program reopens them (/proc/self/fd/3 and 4) as the sandbox's user
+            for fd in (0, 1):
+                os.fchmod(fd, 0o666)
         drop_privileges(uid, gid)
     apply_limits(limits)
     die_with_parent()
@@ -69,7 +80,20 @@ def main(argv: list[str]) -> None:
         import cm_egress
 
         cm_egress.use_proxy(cm_egress.fork(egress))
+    if control:
+        move_control_channel()
     os.execv(program[0], program)
+
+
+def move_control_channel() -> None:
+    """The host's pipes move to fds 3 (in) and 4 (out); stdin becomes /dev/null and stdout a copy of stderr, so
+    that what a run writes on fds 0 and 1 never reaches the control channel."""
+    os.dup2(0, 3)
+    os.dup2(1, 4)
+    null = os.open(os.devnull, os.O_RDONLY)  # fds 0 to 4 are taken: this is another
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
 
 
 if __name__ == "__main__":
