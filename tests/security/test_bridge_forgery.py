@@ -104,8 +104,12 @@ async def test_a_started_message_with_a_host_pid_ends_the_run_and_signals_nothin
             "await new Promise(r => setTimeout(r, 5000));"
         )
         result = await engine.execute(deno, "js", cache="off")
-        assert not result.success and result.error is not None
-        assert result.error.type == "ProtocolError" and "op 'started'" in result.error.message
+        if engine.config.settings.deno_isolates:
+            # fd 1 of a supervisor is not its control channel: the line never reaches the bridge.
+            assert result.success, result.error
+        else:
+            assert not result.success and result.error is not None
+            assert result.error.type == "ProtocolError" and "op 'started'" in result.error.message
         assert sleeper.poll() is None, "the host signalled a process a sandbox named"
     finally:
         sleeper.kill()

@@ -5,7 +5,10 @@ Two channels connect the host and a worker:
 - the **control channel**, spoken only by code that never runs user code: a zygote's ``ready`` (with
   the pid of the child it forked for the next run) and ``exit`` (how that child ended), and the
   host's ``prepare`` and ``run``. A worker that runs user code itself (Deno, Pyodide) says ``ready``
-  once, before any user code ran, and is never given a second run.
+  once, before any user code ran, and is never given a second run. The ``deno`` runner's supervisor (isolate
+  mode) speaks both on one channel no run can reach (fds 3 and 4): a run's messages, each parsed and written
+  again by it until the run's ``done``, then its own ``exit`` and ``ready``; a run's message it cannot accept
+  becomes ``{"op": "refused", "reason": ...}``, which ends the run with ``ProtocolError``.
 - the **run channel**, which the script can write on: only ``call``, ``output``, ``progress``, ``file``,
   ``image`` and one ``done``, parsed by ``parse_run_message``. Everything on it is untrusted input about this run
   alone; any
@@ -257,5 +260,9 @@ def parse_run_message(message: dict[str, Any]) -> RunMessage:
         mime = _text(message, "mimeType", limit=100)
         assert mime is not None
         return Image(_base64(message), mime)
+    if op == "refused":  # the deno runner's supervisor, ending a run whose message it could not accept
+        reason = message.get("reason")
+        shown = reason[:300] if isinstance(reason, str) else "no reason given"
+        raise ProtocolError(f"the run's isolate sent a message its supervisor refused: {shown}")
     shown = op if isinstance(op, str) and len(op) < 40 else type(op).__name__
     raise ProtocolError(f"the run sent a message the bridge does not know (op {shown!r})")
