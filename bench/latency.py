@@ -52,16 +52,25 @@ from common import (
 )
 from peers import PEER_VERSION, fastmcp_latency, mcp_run_python, monty_pool, patched_attempt, row, smolagents_floor
 
-WARM_TARGET = {"local": 15.0, "cpython": 15.0, "pyodide": 40.0, "deno": 40.0}
+WARM_TARGET = {"local": 15.0, "cpython": 15.0, "pyodide": 40.0, "deno": 40.0, "deno-isolates": 40.0}
 FIRST_TARGET = {"pyodide": 800.0}
-BURST_TARGET = {"deno": 15.0, "pyodide": 60.0}
+BURST_TARGET = {"deno": 15.0, "deno-isolates": 15.0, "pyodide": 60.0}
 """Back-to-back p50 (issue 22: no waiting for a new process between runs)."""
-GAP = {"local": 0.1, "cpython": 0.1, "deno": 0.3, "pyodide": 1.0, "monty": 0.1}
+GAP = {"local": 0.1, "cpython": 0.1, "deno": 0.3, "deno-isolates": 0.3, "pyodide": 1.0, "monty": 0.1}
 """Seconds between warm calls: enough for a zygote to be back, or for a one-shot pool to refill."""
 
 
+ISOLATES = "deno-isolates"
+"""The deno runner in its isolate mode (``CODE_MODE_DENO_ISOLATES=true``), in a server of its own."""
+CHOICES = (*RUNNERS, ISOLATES)
+
+
+def runner_name(runner: str) -> str:
+    return "deno" if runner == ISOLATES else runner
+
+
 def request(runner: str) -> dict[str, Any]:
-    if runner == "deno":
+    if runner in ("deno", ISOLATES):
         return {"language": "javascript", "code": "console.log(1)", "runner": "deno", "cache": "off"}
     return {"language": "python", "code": "print(1)", "runner": runner, "cache": "off"}
 
@@ -69,6 +78,8 @@ def request(runner: str) -> dict[str, Any]:
 async def measure_runner(runner: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     config = write_config(folder, {})
     env = server_env(folder / f"cache-{runner}", pyodide_pool_size=2 if runner == "pyodide" else 0)
+    if runner == ISOLATES:
+        env["CODE_MODE_DENO_ISOLATES"] = "true"
     out: dict[str, Any] = {"warm": [], "server": [], "burst": [], "trivial": []}
     with (folder / f"server-{runner}.log").open("w+", encoding="utf-8") as errlog:
         spawned = time.perf_counter()
@@ -78,7 +89,7 @@ async def measure_runner(runner: str, args: argparse.Namespace, folder: Path) ->
             async def call() -> tuple[float, dict[str, Any]]:
                 elapsed, result = await timed(lambda: client.call_tool("execute_code", request(runner)))
                 data = structured(result)
-                if data.get("output") != "1\n" or data.get("runner") != runner:
+                if data.get("output") != "1\n" or data.get("runner") != runner_name(runner):
                     raise SystemExit(f"{runner}: unexpected answer {json.dumps(data)[:300]}")
                 return elapsed, data
 
@@ -220,7 +231,9 @@ def main() -> int:
     cli = parser(__doc__)
     cli.add_argument("--warm", type=int, default=20, help="paced warm calls per runner (default 20)")
     cli.add_argument("--burst", type=int, default=10, help="back-to-back calls per runner (default 10)")
-    cli.add_argument("--runners", nargs="+", default=list(RUNNERS), choices=RUNNERS)
+    cli.add_argument(
+        "--runners", nargs="+", default=list(RUNNERS), choices=CHOICES, help=f"{ISOLATES}: deno in its isolate mode"
+    )
     cli.add_argument("--no-peers", dest="peers", action="store_false", help="skip mcp-run-python and smolagents")
     cli.add_argument("--peer-timeout", type=float, default=90.0, help="seconds allowed to mcp-run-python")
     section = Section("latency", "2. execute_code latency", "")

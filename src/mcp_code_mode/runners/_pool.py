@@ -43,6 +43,8 @@ _STDERR_LINES = 40
 
 ISOLATE_EXIT_TIMEOUT = 0.1
 """Seconds a supervisor's ended run has for its isolate's thread to go (see ``Worker.isolates_gone``)."""
+MAX_SPARES = 4
+"""Isolates a supervisor may keep warm (``deno_supervisor.ts``'s ``SPARES``; more in its ``exit`` is refused)."""
 _SUPERVISOR_COMM = "deno"
 _ISOLATE_THREAD = "worker-"
 """How Deno names the thread of a web Worker (``worker-1``, ``worker-2``, ...)."""
@@ -76,6 +78,8 @@ class Worker:
     run_seconds: float = 0.0
     """Wall time of the runs a supervisor has served (their CPU counts against its one CPU rlimit)."""
     program_pid: int | None = None
+    spares: int | None = None
+    """The isolates a supervisor keeps warm for its next runs, as its last ``exit`` said (at most ``MAX_SPARES``)."""
 
     def __hash__(self) -> int:
         return id(self)
@@ -94,17 +98,20 @@ class Worker:
 
     async def isolates_gone(self) -> bool:
         """After a supervisor reported a run's end: within ``ISOLATE_EXIT_TIMEOUT``, the process has no isolate
-        thread left but the one warming up for the next run (a run's Worker in a loop of synchronous ops outlives
+        thread left but the spares it keeps for the next runs (a run's Worker in a loop of synchronous ops outlives
         its ``terminate()``). Checked here, in the host's view of the process (``/proc/<pid>/task``); False
-        when it cannot be checked."""
+        when it cannot be checked. Then the supervisor may start spares again (``checked``): none starts between
+        its ``exit`` and this count."""
+        expected = self.spares
         pid = self.program_pid or _program_pid(self.process.pid, _SUPERVISOR_COMM)
-        if pid is None:
+        if pid is None or expected is None:
             return False
         self.program_pid = pid
         deadline = anyio.current_time() + ISOLATE_EXIT_TIMEOUT
         while True:
             threads = _isolate_threads(pid)
-            if threads is not None and threads <= 1:
+            if threads is not None and threads <= expected:
+                await self.send({"op": "checked"})
                 return True
             if threads is None or anyio.current_time() >= deadline:
                 return False
@@ -157,6 +164,9 @@ class Worker:
     def _record_exit(self, message: dict[str, Any]) -> None:
         status = message.get("status")
         self.exit_status = status[:200] if isinstance(status, str) else "unknown"
+        spares = message.get("spares")
+        valid = isinstance(spares, int) and not isinstance(spares, bool) and 0 <= spares <= MAX_SPARES
+        self.spares = spares if valid else None
 
     async def await_ready(self) -> bool:
         """Read control messages until ``ready`` (True, with the next run channel taken), or the end (False)."""

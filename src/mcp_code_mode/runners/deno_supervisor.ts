@@ -11,13 +11,14 @@
  *
  *   supervisor → host   {"op": "ready"}; during a run, the run's own messages (call, output, progress, file,
  *                       image, done), each parsed and written again here; after the run's done,
- *                       {"op": "exit", "status": ..., "worker": name} and {"op": "ready"}
- *   host → supervisor   {"op": "run", ...} (the worker's run message), {"op": "result", ...} (forwarded)
+ *                       {"op": "exit", "status": ..., "worker": name, "spares": n} and {"op": "ready"}
+ *   host → supervisor   {"op": "run", ...} (the worker's run message), {"op": "result", ...} (forwarded),
+ *                       {"op": "checked"} (after a run's end: the host found no isolate thread but the spares)
  *
  * A run's Worker gets read of the workspace and of its own program's two files, write of the workspace, the
  * network when the supervisor has it (the Worker revokes it before a run without the network), and nothing else
- * (no environment: the proxy variables go in the run message). The next run's Worker is started while a run
- * runs. After a run's done its Worker is terminated, the workspace is emptied and the cwd put back; the host then
+ * (no environment: the proxy variables go in the run message). The next runs' Workers are started between
+ * runs (`SPARES` of them). After a run's done its Worker is terminated, the workspace is emptied and the cwd put back; the host then
  * checks that the Worker's thread is gone before it hands the supervisor another run (a Worker in a loop of
  * synchronous ops outlives `terminate()`). Anything the supervisor cannot parse as a run's message ends the run:
  * it writes a message the bridge refuses, and the host kills it.
@@ -29,6 +30,7 @@ const RUNTIME = new URL("./worker_runtime.ts", import.meta.url);
 const RUN_OPS = new Set(["call", "output", "progress", "file", "image", "done"]);
 const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"];
 const TICKS_MS = [1, 1, 2, 4, 8, 16];
+const SPARES = 2;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -99,7 +101,22 @@ function startIsolate(): Isolate {
 }
 
 const isolateReady = new WeakSet<Isolate>();
-let next: Isolate = startIsolate();
+/** Isolates warming up for the next runs, oldest first. `new Worker()` holds this thread for 10-15 ms, so they
+ * are started between runs, one per turn of the event loop, never while a run waits for its message, and only
+ * once the host has counted the isolate threads after a run's end (its `checked`): the `exit` message says how
+ * many spares there are, and the host expects that many threads and no more. */
+const spares: Isolate[] = [startIsolate()];
+/** Counts the runs' ends: a refill that was due before the last end starts nothing. */
+let generation = 0;
+
+function refill(due = generation): void {
+  if (due !== generation || spares.length >= SPARES) return;
+  setTimeout(() => {
+    if (due !== generation || busy) return; // a run started or ended meanwhile: refilled after its check
+    spares.push(startIsolate());
+    refill(due);
+  }, 0);
+}
 let current: Isolate | null = null;
 let finished = false;
 let tick: ReturnType<typeof setTimeout> | null = null;
@@ -113,6 +130,11 @@ function isJsonObject(value: unknown): value is Record<string, unknown> {
 /** The run's lines (bytes from its Worker): each parsed, checked and written again; the first done ends it. */
 function relay(data: unknown): void {
   if (finished) return;
+  if (isJsonObject(data) && data.op === "evaluated") {
+    // The script's module has evaluated: look for the run's end now, not at the next tick (any run may ask).
+    current?.worker.postMessage({ op: "tick" });
+    return;
+  }
   if (!(data instanceof Uint8Array)) return refuse("the run sent something other than message lines");
   for (const line of decoder.decode(data).split("\n")) {
     if (!line.trim()) continue;
@@ -157,7 +179,8 @@ function endRun(status: string): void {
     status = `the workspace could not be emptied: ${error}`;
   }
   busy = false;
-  write(JSON.stringify({ op: "exit", status, worker: ended.name }));
+  generation++;
+  write(JSON.stringify({ op: "exit", status, worker: ended.name, spares: spares.length }));
   write(JSON.stringify({ op: "ready" }));
 }
 
@@ -171,8 +194,7 @@ function ticks(isolate: Isolate, step = 0): void {
 }
 
 async function startRun(message: Record<string, unknown>): Promise<void> {
-  const isolate = next;
-  next = startIsolate();
+  const isolate = spares.shift() ?? startIsolate();
   await isolate.ready;
   current = isolate;
   finished = false;
@@ -183,7 +205,8 @@ async function startRun(message: Record<string, unknown>): Promise<void> {
 // ----- the control channel -------------------------------------------------------------------------------
 
 async function serve(): Promise<void> {
-  await next.ready;
+  while (spares.length < SPARES) spares.push(startIsolate());
+  await spares[0].ready;
   write(JSON.stringify({ op: "ready" }));
   const chunk = new Uint8Array(1 << 16);
   const stream = new TextDecoder();
@@ -206,6 +229,7 @@ async function serve(): Promise<void> {
           continue;
         }
         if (!isJsonObject(message) || message.op !== "result") {
+          if (isJsonObject(message) && message.op === "checked" && !busy) refill();
           if (isJsonObject(message) && message.op === "run" && current === null && !busy) {
             busy = true;
             starting = startRun(message);

@@ -618,6 +618,10 @@ async function run(message: RunMessage): Promise<void> {
     fail(error);
   }
   phase = "evaluated";
+  if (IN_ISOLATE) {
+    settle();
+    realPostMessage({ op: "evaluated" }); // the supervisor ticks at once: the end is found now
+  }
 }
 
 // ----- sessions -------------------------------------------------------------------------------------
@@ -825,6 +829,13 @@ const STALLED_MS = 1000;
 let evaluating = false;
 let stalledSince: number | null = null;
 
+/** A timer that keeps the loop busy until the microtasks of what just happened (an answer handed to its caller, the
+ * module's evaluation) have all run: a tick received meanwhile cannot find the loop idle before they had their say
+ * (a message can be received, and ticked, between two of those microtasks). */
+function settle(): void {
+  realSetTimeout(() => {}, 0);
+}
+
 function checkEnd(): void {
   if (core === null || tools.pending > 0 || (phase !== "running" && phase !== "evaluated")) return;
   if (loopIsIdle(core)) {
@@ -847,6 +858,7 @@ function onSupervisorMessage(event: Event): void {
   const data: unknown = (event as MessageEvent).data;
   if (typeof data === "string") {
     inbox.push(data);
+    settle();
     return;
   }
   if (!isJsonObject(data)) return;
