@@ -30,8 +30,15 @@ demo: install
 # stays in one of them (--dist loadfile), so module-scoped engines are shared as they are written.
 TEST_WORKERS ?= 2
 
+# Then the deno runner's tests, its escape suite, the bridge forgery suite and the contract suite's deno cases
+# again with the deno runner's isolate mode (CODE_MODE_DENO_ISOLATES; tests/conftest.py reads the variable).
+ISOLATE_TESTS := tests/runners/test_deno.py tests/security/test_deno_escapes.py tests/security/test_bridge_forgery.py \
+	tests/contract
+
 test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	CODE_MODE_TEST_DENO_ISOLATES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -q \
+		-k "deno or forgery" $(ISOLATE_TESTS)
 
 # The fast tier: unit tests with fakes (no downstream server, no sandboxed worker), well under a minute.
 FAST_TESTS := tests/engine tests/bridge tests/test_architecture.py tests/test_public_api.py tests/test_config.py \
