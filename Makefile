@@ -93,6 +93,7 @@ lint: install
 	$(BIN)/basedpyright
 	$(BIN)/deno lint --no-config --quiet src/mcp_code_mode/runners/
 	$(BIN)/deno check --no-config --quiet src/mcp_code_mode/runners/deno_worker.ts
+	$(BIN)/deno check --no-config --quiet src/mcp_code_mode/runners/deno_supervisor.ts
 	$(BIN)/deno check --no-config --quiet src/mcp_code_mode/runners/pyodide_worker.ts
 
 typecheck: install
